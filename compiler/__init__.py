@@ -1,0 +1,1 @@
+"""tdbg's CPU graph compiler (filled in by the compiler core)."""

@@ -1,0 +1,210 @@
+"""tdbg's compiler configuration: one explicit object.
+
+`Config` is a frozen dataclass. The compiler takes one as an argument; the Dynamo backend entry
+point (which cannot receive arguments) uses `current()`, the process-wide default, which
+`Config.patch(...)` and `use(cfg)` replace for the length of a `with` block.
+
+`from_env()` (and `repro_from_env()`) are the only readers of environment variables in tdbg.
+`to_json()` / `from_json()` carry a config across processes (bisect, minifier workers) and
+into repro files.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
+LOG_CHANNELS = ("compiler", "output_code", "schedule", "graph")
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tdbg")
+
+
+@dataclass(frozen=True)
+class Config:
+    # scheduling
+    max_fusion_size: int = 64          # most IR nodes in one fused kernel
+    fusion: bool = True                # vertical and horizontal fusion; off = one kernel per node
+    max_fusions: Optional[int] = None  # bisect: only the first N fusion decisions are accepted
+    # lowering
+    decompose: bool = True             # apply tdbg's decomposition table in AOTAutograd
+    fallback_ops: frozenset = frozenset()  # aten op names ("neg", "aten.neg.default") forced to aten
+    fallback_random: bool = False      # random ops through aten (bit-exact with eager)
+    max_lowered_ops: Optional[int] = None  # bisect: only the first N lowerable nodes are lowered
+    # codegen
+    simdlen: int = 8                   # vector width in float32 lanes; 0 disables vectorization
+    vectorize: bool = True
+    parallel: bool = True              # OpenMP over outer loops
+    min_chunk_size: int = 4096         # least work (elements) before a loop goes parallel
+    num_threads: int = 0               # 0 = torch.get_num_threads()
+    enable_kernel_profile: bool = False  # kernels show up by name in torch.profiler
+    # build
+    cxx: str = "g++"
+    cxx_flags: tuple = ("-O3", "-march=native", "-fopenmp", "-fno-finite-math-only",
+                        "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-w")
+    cache_dir: str = field(default_factory=default_cache_dir)
+    # debugging
+    debug: bool = False                # write the debug directory for every compiled graph
+    debug_dir: str = "tdbg_debug"      # parent of run_<time>-pid_<pid>/
+    logs: frozenset = frozenset()      # enabled channels, subset of LOG_CHANNELS
+    verbose_logs: frozenset = frozenset()  # channels given as +name
+    # testing only: (op, kind) makes the codegen of `op` wrong in the way `kind` says
+    inject_bug: Optional[tuple] = None
+
+    def __post_init__(self):
+        if self.inject_bug is not None:
+            op, kind = self.inject_bug
+            if kind not in BUG_KINDS:
+                raise ValueError(f"inject_bug kind {kind!r} is not one of {', '.join(BUG_KINDS)}")
+        unknown = set(self.logs) - set(LOG_CHANNELS)
+        if unknown:
+            raise ValueError(f"unknown log channel(s) {sorted(unknown)}; channels: {', '.join(LOG_CHANNELS)}")
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **_normalize(changes))
+
+    @contextlib.contextmanager
+    def patch(self=None, **changes) -> Iterator["Config"]:
+        """`with Config.patch(x=1):` or `with cfg.patch(x=1):` sets the process default."""
+        base = self if isinstance(self, Config) else current()
+        with use(base.replace(**changes)) as cfg:
+            yield cfg
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if isinstance(v, (frozenset, set, tuple)):
+                d[k] = sorted(v) if isinstance(v, (frozenset, set)) else list(v)
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        d = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**_normalize({k: v for k, v in d.items() if k in known}))
+
+
+def _normalize(d: dict) -> dict:
+    out = dict(d)
+    for k in ("fallback_ops", "logs", "verbose_logs"):
+        if k in out and out[k] is not None:
+            out[k] = frozenset(out[k])
+    if "cxx_flags" in out:
+        out["cxx_flags"] = tuple(out["cxx_flags"])
+    if out.get("inject_bug") is not None:
+        out["inject_bug"] = tuple(out["inject_bug"])
+    return out
+
+
+_current: Optional[Config] = None
+
+
+def current() -> Config:
+    """The process default: from the environment on first use, or whatever `use` set."""
+    global _current
+    if _current is None:
+        _current = from_env()
+    return _current
+
+
+@contextlib.contextmanager
+def use(cfg: Config) -> Iterator[Config]:
+    global _current
+    saved = _current
+    _current = cfg
+    try:
+        yield cfg
+    finally:
+        _current = saved
+
+
+def set_default(cfg: Config) -> None:
+    global _current
+    _current = cfg
+
+
+def parse_logs(spec: str) -> tuple:
+    """'+compiler,output_code' -> (logs, verbose_logs). Unknown names raise ValueError."""
+    logs, verbose = set(), set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name = part.lstrip("+")
+        if name not in LOG_CHANNELS:
+            raise ValueError(f"unknown log channel {name!r}; channels: {', '.join(LOG_CHANNELS)}")
+        logs.add(name)
+        if part.startswith("+"):
+            verbose.add(name)
+    return frozenset(logs), frozenset(verbose)
+
+
+def parse_inject_bug(spec: str) -> tuple:
+    """'neg:accuracy' -> ('neg', 'accuracy')."""
+    op, sep, kind = spec.partition(":")
+    if not sep or kind not in BUG_KINDS:
+        raise ValueError(f"inject_bug must look like OP:KIND with KIND in {', '.join(BUG_KINDS)}, got {spec!r}")
+    return (op, kind)
+
+
+def _flag(v: str) -> bool:
+    return v.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+# TDBG_<NAME> -> (field, parser). TDBG_CONFIG (a to_json() text) is applied first.
+_ENV = {
+    "TDBG_COMPILE_DEBUG": ("debug", _flag),
+    "TDBG_DEBUG_DIR": ("debug_dir", str),
+    "TDBG_CACHE_DIR": ("cache_dir", str),
+    "TDBG_CXX": ("cxx", str),
+    "TDBG_NUM_THREADS": ("num_threads", int),
+    "TDBG_MAX_FUSION_SIZE": ("max_fusion_size", int),
+    "TDBG_SIMDLEN": ("simdlen", int),
+    "TDBG_MIN_CHUNK_SIZE": ("min_chunk_size", int),
+    "TDBG_FUSION": ("fusion", _flag),
+    "TDBG_PARALLEL": ("parallel", _flag),
+    "TDBG_VECTORIZE": ("vectorize", _flag),
+    "TDBG_DECOMPOSE": ("decompose", _flag),
+    "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),
+    "TDBG_FALLBACK_OPS": ("fallback_ops", lambda v: frozenset(filter(None, v.split(",")))),
+    "TDBG_MAX_LOWERED_OPS": ("max_lowered_ops", int),
+    "TDBG_MAX_FUSIONS": ("max_fusions", int),
+    "TDBG_KERNEL_PROFILE": ("enable_kernel_profile", _flag),
+    "TDBG_INJECT_BUG": ("inject_bug", parse_inject_bug),
+}
+
+
+def from_env(environ=None) -> Config:
+    """Build a Config from TDBG_* variables; a malformed value raises ValueError naming it."""
+    env = os.environ if environ is None else environ
+    cfg = Config.from_json(env["TDBG_CONFIG"]) if env.get("TDBG_CONFIG") else Config()
+    changes = {}
+    for var, (name, parse) in _ENV.items():
+        if env.get(var):
+            try:
+                changes[name] = parse(env[var])
+            except ValueError as e:
+                raise ValueError(f"environment variable {var}={env[var]!r}: {e}") from None
+    if env.get("TDBG_LOGS"):
+        changes["logs"], changes["verbose_logs"] = parse_logs(env["TDBG_LOGS"])
+    return cfg.replace(**changes)
+
+
+def to_env(cfg: Config) -> dict:
+    """Environment that makes a child process's from_env() return `cfg`."""
+    return {"TDBG_CONFIG": cfg.to_json()}
+
+
+def repro_from_env(environ=None) -> tuple:
+    """(repro_after, repro_level) from TDBG_REPRO_AFTER/LEVEL, else the TORCHDYNAMO_ names."""
+    env = os.environ if environ is None else environ
+    after = env.get("TDBG_REPRO_AFTER") or env.get("TORCHDYNAMO_REPRO_AFTER") or None
+    level = env.get("TDBG_REPRO_LEVEL") or env.get("TORCHDYNAMO_REPRO_LEVEL") or "2"
+    if after not in (None, "dynamo", "aot"):
+        raise ValueError(f"repro_after must be 'dynamo' or 'aot', got {after!r}")
+    if level not in ("1", "2", "3", "4"):
+        raise ValueError(f"repro_level must be 1, 2, 3 or 4, got {level!r}")
+    return after, int(level)

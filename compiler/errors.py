@@ -1,0 +1,90 @@
+"""Typed compiler errors; each carries the evidence a user needs to act on it.
+
+Every error has a `stage` (one of STAGES) and `evidence()` -> a JSON-safe dict. The CLI renders
+these; library code never prints.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+# Where a compiled program can break, in pipeline order. cli/console.py maps each to an exit code.
+STAGES = ("dynamo", "aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime",
+          "accuracy", "crash", "timeout")
+
+
+class TdbgError(Exception):
+    stage = "internal"
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": str(self)}
+
+
+class LoweringError(TdbgError):
+    """An FX node could not be lowered (and could not fall back)."""
+    stage = "lowering"
+
+    def __init__(self, message: str, *, node: str = "", target: str = "",
+                 inputs: Optional[list] = None, debug_dir: Optional[str] = None):
+        super().__init__(f"{message}\n  FX node: {node}\n  target: {target}\n  inputs: {inputs or []}")
+        self.node, self.target, self.inputs, self.debug_dir = node, target, inputs or [], debug_dir
+        self.short = message
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": self.short, "fx_node": self.node,
+                "target": self.target, "inputs": self.inputs, "debug_dir": self.debug_dir}
+
+
+class IRInvariantError(TdbgError):
+    """A check between pipeline stages failed: a compiler bug, named by stage and node."""
+    stage = "scheduling"
+
+    def __init__(self, message: str, *, after_stage: str, node: str = ""):
+        super().__init__(f"IR invariant broken after {after_stage}: {message} (node {node})")
+        self.after_stage, self.node = after_stage, node
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": str(self), "after_stage": self.after_stage, "node": self.node}
+
+
+def trim_compiler_output(stderr: str, max_errors: int = 3, max_lines: int = 30) -> str:
+    """Keep the first few `error:` diagnostics with their context lines."""
+    lines = stderr.splitlines()
+    kept, errors = [], 0
+    for line in lines:
+        if "error:" in line:
+            errors += 1
+            if errors > max_errors:
+                break
+        kept.append(line)
+        if len(kept) >= max_lines:
+            break
+    if len(kept) < len(lines):
+        kept.append(f"... ({len(lines) - len(kept)} more lines)")
+    return "\n".join(kept)
+
+
+class CppCompileError(TdbgError):
+    """g++ rejected generated code."""
+    stage = "cpp_build"
+
+    def __init__(self, *, command: list, stderr: str, source_path: str, kernels: tuple = ()):
+        self.command, self.source_path, self.kernels = list(command), source_path, tuple(kernels)
+        self.full_stderr = stderr
+        self.stderr = trim_compiler_output(stderr)
+        super().__init__(f"C++ compile failed for {source_path}\n$ {' '.join(self.command)}\n{self.stderr}")
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": self.stderr, "command": self.command,
+                "source_path": self.source_path, "kernels": list(self.kernels)}
+
+
+class KernelRuntimeError(TdbgError):
+    """A generated kernel reported an error while running."""
+    stage = "kernel_runtime"
+
+    def __init__(self, message: str, *, kernel: str, fx_nodes: tuple = ()):
+        super().__init__(f"{message} (kernel {kernel})")
+        self.kernel, self.fx_nodes, self.short = kernel, tuple(fx_nodes), message
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": self.short, "kernel": self.kernel, "fx_nodes": list(self.fx_nodes)}

@@ -1,0 +1,125 @@
+"""Accuracy of a compiled result against eager, judged with a float64 reference.
+
+A result passes when it is close to eager within the dtype's tolerance, or when its error
+against the float64 reference is no worse than `multiplier` times eager's own error (eager is
+not exact either: this is what keeps fused, reordered float math from false alarms).
+Non-float outputs compare exactly unless `ignore_non_fp`.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+# dtype -> (rtol, atol)
+TOLERANCES = {
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float32: (1.3e-6 * 10, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+FP64_MULTIPLIER = 2.0
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One output that failed: where, how far off, and the evidence."""
+    output: str            # path into the outputs, e.g. "out[0]"
+    dtype: str
+    shape: tuple
+    max_abs_error: float
+    eager_error: Optional[float]  # eager vs float64 reference, when known
+    message: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__, shape=list(self.shape))
+
+
+def flatten(outputs: Any, prefix: str = "out") -> list:
+    """[(path, value)] for tensors and scalars inside nested tuples/lists/dicts."""
+    if isinstance(outputs, (list, tuple)):
+        return [p for i, o in enumerate(outputs) for p in flatten(o, f"{prefix}[{i}]")]
+    if isinstance(outputs, dict):
+        return [p for k, o in outputs.items() for p in flatten(o, f"{prefix}[{k!r}]")]
+    return [(prefix, outputs)]
+
+
+def to_fp64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(torch.float64)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_fp64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_fp64(v) for k, v in value.items()}
+    return value
+
+
+def fp64_reference(fn: Callable, inputs: list) -> Optional[Any]:
+    """Run `fn` (a function or nn.Module/GraphModule) in float64; None when that is impossible."""
+    try:
+        if isinstance(fn, torch.nn.Module):
+            fn = copy.deepcopy(fn).to(torch.float64)
+        with torch.no_grad():
+            return fn(*to_fp64(list(inputs)))
+    except Exception:
+        return None
+
+
+def compare(expected: Any, actual: Any, reference: Optional[Any] = None, *,
+            tolerance: Optional[float] = None, ignore_non_fp: bool = False) -> list:
+    """Mismatches of `actual` against `expected` (eager), using `reference` (float64) if given.
+
+    `tolerance` overrides both rtol and atol for every float dtype.
+    """
+    exp, act = flatten(expected), flatten(actual)
+    if len(exp) != len(act):
+        return [Mismatch("out", "", (), float("inf"), None,
+                         f"expected {len(exp)} outputs, got {len(act)}")]
+    refs = flatten(reference) if reference is not None else [(p, None) for p, _ in exp]
+    if len(refs) != len(exp):
+        refs = [(p, None) for p, _ in exp]
+    found = []
+    for (path, e), (_, a), (_, r) in zip(exp, act, refs):
+        m = _compare_one(path, e, a, r, tolerance, ignore_non_fp)
+        if m is not None:
+            found.append(m)
+    return found
+
+
+def _compare_one(path, e, a, r, tolerance, ignore_non_fp) -> Optional[Mismatch]:
+    if not isinstance(e, torch.Tensor):
+        if isinstance(a, torch.Tensor) or e == a or ignore_non_fp:
+            return None
+        return Mismatch(path, type(e).__name__, (), float("nan"), None, f"expected {e!r}, got {a!r}")
+    if not isinstance(a, torch.Tensor):
+        return Mismatch(path, str(e.dtype), tuple(e.shape), float("inf"), None, f"expected a tensor, got {type(a).__name__}")
+    if e.shape != a.shape or e.dtype != a.dtype:
+        return Mismatch(path, str(e.dtype), tuple(e.shape), float("inf"), None,
+                        f"expected {tuple(e.shape)} {e.dtype}, got {tuple(a.shape)} {a.dtype}")
+    e, a = e.detach(), a.detach()
+    if not e.is_floating_point():
+        if ignore_non_fp or torch.equal(e, a):
+            return None
+        bad = (e != a).nonzero()
+        first = tuple(bad[0].tolist()) if len(bad) else ()
+        return Mismatch(path, str(e.dtype), tuple(e.shape), float((e.double() - a.double()).abs().max()), None,
+                        f"{len(bad)} of {e.numel()} elements differ; first at {first}: expected {e[first].item()}, got {a[first].item()}")
+    rtol, atol = TOLERANCES.get(e.dtype, (1e-5, 1e-5)) if tolerance is None else (tolerance, tolerance)
+    if e.numel() == 0 or torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    err = (a.double() - e.double()).abs().nan_to_num(nan=float("inf"))
+    max_err = float(err.max())
+    eager_err = None
+    if isinstance(r, torch.Tensor) and r.shape == e.shape:
+        r64 = r.detach().double()
+        eager_err = float((e.double() - r64).abs().nan_to_num(nan=0.0).max())
+        res_err = float((a.double() - r64).abs().nan_to_num(nan=float("inf")).max())
+        same_nans = torch.equal(a.isnan(), r64.isnan())
+        if same_nans and res_err <= FP64_MULTIPLIER * eager_err + atol:
+            return None
+    idx = tuple(int(i) for i in torch.unravel_index(err.argmax(), e.shape)) if e.dim() else ()
+    return Mismatch(path, str(e.dtype), tuple(e.shape), max_err, eager_err,
+                    f"max abs error {max_err:.6g} at {idx}: expected {e[idx].item():.6g}, got {a[idx].item():.6g}"
+                    f" (rtol={rtol:g}, atol={atol:g})")
