@@ -56,6 +56,9 @@ class Config:
     verbose_logs: frozenset = frozenset()  # channels given as +name
     # testing only: (op, kind) makes the codegen of `op` wrong in the way `kind` says
     inject_bug: Optional[tuple] = None
+    # when set, every compiled graph appends one JSON line here: its lowered nodes, fallbacks,
+    # fusions and kernels, each counted application numbered per process (what bisect reads)
+    report_path: Optional[str] = None
 
     def __post_init__(self):
         if self.inject_bug is not None:
@@ -174,6 +177,7 @@ _ENV = {
     "TDBG_MAX_FUSIONS": ("max_fusions", int),
     "TDBG_KERNEL_PROFILE": ("enable_kernel_profile", _flag),
     "TDBG_INJECT_BUG": ("inject_bug", parse_inject_bug),
+    "TDBG_REPORT": ("report_path", str),
 }
 
 

@@ -24,14 +24,15 @@ class LoweringError(TdbgError):
     stage = "lowering"
 
     def __init__(self, message: str, *, node: str = "", target: str = "",
-                 inputs: Optional[list] = None, debug_dir: Optional[str] = None):
+                 inputs: Optional[list] = None, debug_dir: Optional[str] = None, source: str = ""):
         super().__init__(f"{message}\n  FX node: {node}\n  target: {target}\n  inputs: {inputs or []}")
         self.node, self.target, self.inputs, self.debug_dir = node, target, inputs or [], debug_dir
-        self.short = message
+        self.short, self.source = message, source
 
     def evidence(self) -> dict:
         return {"stage": self.stage, "message": self.short, "fx_node": self.node,
-                "target": self.target, "inputs": self.inputs, "debug_dir": self.debug_dir}
+                "target": self.target, "inputs": self.inputs, "debug_dir": self.debug_dir,
+                "source": self.source}
 
 
 class IRInvariantError(TdbgError):
@@ -67,24 +68,28 @@ class CppCompileError(TdbgError):
     """g++ rejected generated code."""
     stage = "cpp_build"
 
-    def __init__(self, *, command: list, stderr: str, source_path: str, kernels: tuple = ()):
+    def __init__(self, *, command: list, stderr: str, source_path: str, kernels: tuple = (),
+                 fx_nodes: tuple = ()):
         self.command, self.source_path, self.kernels = list(command), source_path, tuple(kernels)
+        self.fx_nodes = tuple(fx_nodes)
         self.full_stderr = stderr
         self.stderr = trim_compiler_output(stderr)
         super().__init__(f"C++ compile failed for {source_path}\n$ {' '.join(self.command)}\n{self.stderr}")
 
     def evidence(self) -> dict:
         return {"stage": self.stage, "message": self.stderr, "command": self.command,
-                "source_path": self.source_path, "kernels": list(self.kernels)}
+                "source_path": self.source_path, "kernel": ", ".join(self.kernels),
+                "fx_nodes": list(self.fx_nodes)}
 
 
 class KernelRuntimeError(TdbgError):
     """A generated kernel reported an error while running."""
     stage = "kernel_runtime"
 
-    def __init__(self, message: str, *, kernel: str, fx_nodes: tuple = ()):
+    def __init__(self, message: str, *, kernel: str, fx_nodes: tuple = (), source: str = ""):
         super().__init__(f"{message} (kernel {kernel})")
-        self.kernel, self.fx_nodes, self.short = kernel, tuple(fx_nodes), message
+        self.kernel, self.fx_nodes, self.short, self.source = kernel, tuple(fx_nodes), message, source
 
     def evidence(self) -> dict:
-        return {"stage": self.stage, "message": self.short, "kernel": self.kernel, "fx_nodes": list(self.fx_nodes)}
+        return {"stage": self.stage, "message": self.short, "kernel": self.kernel,
+                "fx_nodes": list(self.fx_nodes), "source": self.source}
