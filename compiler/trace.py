@@ -26,9 +26,10 @@ from typing import Any, Iterator, Optional
 
 from .config import LOG_CHANNELS
 
+# Channels propagate only up to "tdbg", whose NullHandler keeps both the host application's
+# root handlers and logging's last-resort stderr handler away from the compiler's records.
 _ROOT = logging.getLogger("tdbg")
 _ROOT.addHandler(logging.NullHandler())
-# The compiler's chatter stays out of the host application's root handlers.
 _ROOT.propagate = False
 
 _lock = threading.Lock()
@@ -70,7 +71,6 @@ def configure_logging(config) -> None:
     enabled = set(config.logs) | ({"compiler"} if config.debug else set())
     for channel in LOG_CHANNELS:
         logger = get_logger(channel)
-        logger.propagate = False
         if channel in enabled:
             logger.setLevel(logging.DEBUG if channel in config.verbose_logs else logging.INFO)
             if _handler not in logger.handlers:
