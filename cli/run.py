@@ -1,0 +1,167 @@
+"""`tdbg run`: run a script with every torch.compile sent to one backend; say what broke."""
+from __future__ import annotations
+
+import click
+
+from tdbg.cli import common
+from tdbg.cli.console import exit_codes_help, fail, out, write_json
+
+JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
+COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
+                   "crash", "timeout", "backend")
+# failure stage -> repro level that captures it (see `tdbg minify --help`)
+MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
+
+
+@click.command(epilog=exit_codes_help())
+@common.script_arguments
+@click.option("--backend", default="inductor", show_default=True,
+              help="eager, aot_eager, inductor (tdbg's compiler), torch:NAME, module:function or file.py:function.")
+@click.option("--debug", is_flag=True, help="Write the compiler's debug directory; its path is printed at the end.")
+@click.option("--logs", metavar="CHANNELS", default="",
+              help="Comma-separated log channels: tdbg's compiler,output_code,schedule,graph and torch's "
+                   "dynamo,aot,graph_breaks,recompiles,guards,graph_code,bytecode ('+name' = verbose).")
+@click.option("--fullgraph", is_flag=True, help="Every torch.compile gets fullgraph=True: a graph break is an error.")
+@click.option("--function", "function", metavar="NAME", help="Compile only frames of the function NAME; others run eagerly.")
+@click.option("--check-accuracy", is_flag=True,
+              help="Compare each compiled graph's first call with eager (float64 reference, per-dtype tolerances).")
+@click.option("--repro-after", type=click.Choice(["dynamo", "aot"]),
+              help="Dump repro files for the graph after Dynamo or after AOTAutograd (also TDBG_REPRO_AFTER).")
+@click.option("--repro-level", type=click.IntRange(1, 4), help="1 repro.py on compile failure, 2 launcher on failure, "
+              "3 launcher before every compile, 4 accuracy check and dump on mismatch (default 2).")
+@click.option("--out", "out_dir", metavar="DIR", help="Directory for repro files (default tdbg_repro/<time>/).")
+@common.timeout_option(None)
+@common.json_option
+def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, repro_after, repro_level,
+        out_dir, timeout, json_path):
+    """Run SCRIPT as __main__ (with its own ARGS after --), every torch.compile using --backend.
+
+    On failure: which stage broke, the user's source line, the FX node and kernel when known, the
+    first lines of the real error, and the next command to run.
+    """
+    common.require_script(script)
+    common.check_backend(backend)
+    tdbg_logs, torch_logs = _split_logs(logs)
+    changes = {"debug": True} if debug else {}
+    if tdbg_logs:
+        from tdbg.compiler.config import parse_logs
+        changes["logs"], changes["verbose_logs"] = parse_logs(",".join(tdbg_logs))
+    cfg = common.base_config(**changes)
+    from tdbg.minifier.runner import RunRequest, run_script, parse_torch_logs
+    request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
+                         check_accuracy=check_accuracy, config_json=cfg.to_json(),
+                         torch_logs=parse_torch_logs(torch_logs),
+                         repro=_repro(repro_after, repro_level, out_dir), timeout=timeout)
+    verdict = run_script(request)
+    code, commands = _outcome(verdict, script, args, backend)
+    render(verdict, script, backend, code, commands)
+    write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
+                           "options": {"fullgraph": fullgraph, "function": function, "check_accuracy": check_accuracy,
+                                       "debug": debug, "logs": logs, "timeout": timeout},
+                           "exit_code": code, "next_commands": commands, "verdict": verdict},
+               JSON_SCHEMA, JSON_VERSION)
+    raise SystemExit(code)
+
+
+def _split_logs(spec: str):
+    from tdbg.minifier.runner import TORCH_LOG_CHANNELS
+    tdbg_channels = ("compiler", "output_code", "schedule", "graph")
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    unknown = [p for p in parts if p.lstrip("+") not in tdbg_channels + TORCH_LOG_CHANNELS]
+    if unknown:
+        fail(f"unknown log channel(s) {', '.join(unknown)}; tdbg channels: {', '.join(tdbg_channels)}; "
+             f"torch channels: {', '.join(TORCH_LOG_CHANNELS)}.", "usage")
+    return ([p for p in parts if p.lstrip("+") in tdbg_channels],
+            [p for p in parts if p.lstrip("+") in TORCH_LOG_CHANNELS])
+
+
+def _repro(after, level, out_dir):
+    if after is None and (level or out_dir):
+        fail("--repro-level and --out need --repro-after dynamo|aot.", "usage")
+    if after is None:
+        from tdbg.compiler.config import repro_from_env
+        try:
+            after, level = repro_from_env()
+        except ValueError as e:
+            fail(str(e), "usage")
+    if after is None:
+        return None
+    return {"after": after, "level": level or 2, "out_dir": out_dir}
+
+
+def _outcome(verdict: dict, script: str, args, backend: str):
+    """(exit code, next commands). A run that never compiled anything is bad input."""
+    if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
+        verdict.update(status="failed", stage="bad_input",
+                       error={"type": "bad_input", "message": common.never_compiled_message(script)})
+    return common.stage_exit_code(verdict), next_commands(verdict, script, args, backend)
+
+
+def next_commands(verdict: dict, script: str, args, backend: str) -> list:
+    stage = verdict.get("stage")
+    words = common.script_words(script, args)
+    if stage == "dynamo":
+        return [common.command_line(["tdbg", "explain", *words])]
+    if stage == "script":
+        return [common.command_line(["tdbg", "bisect", *words])]
+    if stage not in COMPILER_STAGES:
+        return []
+    after = "aot" if backend in ("inductor", "aot_eager") else "dynamo"
+    minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]
+    if backend != "inductor":
+        minify += ["--backend", backend]
+    commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]
+    return commands + [common.command_line(minify + (["--", *args] if args else []))]
+
+
+def render(verdict: dict, script: str, backend: str, code: int, commands: list) -> None:
+    from rich.markup import escape
+    c = out()
+    graphs = verdict.get("graphs") or []
+    if verdict["status"] == "ok":
+        checked = sum(1 for g in graphs if g.get("checked"))
+        accuracy = f", accuracy checked on {checked} graph(s)" if checked else ""
+        c.print(f"[bold green]OK[/] {escape(script)}: backend {escape(backend)}, {len(graphs)} graph(s) "
+                f"compiled{accuracy}, {verdict.get('duration_s', 0):.1f} s")
+        _debug_line(verdict)
+        return
+    err = verdict.get("error") or {}
+    stage = verdict.get("stage")
+    c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(common.STAGE_WORDS.get(stage, str(stage)))} "
+            f"(stage {stage}, exit code {code})")
+    rows = [("backend", backend), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
+            ("fx node", err.get("fx_node")), ("kernel", err.get("kernel")), ("error", err.get("message"))]
+    for key, value in rows:
+        _row(c, key, value)
+    _debug_line(verdict)
+    if commands:
+        c.print("[bold]Next:[/]")
+        for command in commands:
+            c.print(f"  {escape(command)}")
+
+
+def _row(c, key: str, value) -> None:
+    from rich.markup import escape
+    if value in (None, ""):
+        return
+    text = str(value)
+    if "\n" not in text:
+        c.print(f"  [bold]{key}:[/] {escape(text)}")
+        return
+    c.print(f"  [bold]{key}:[/]")
+    for line in text.splitlines():
+        c.print(f"    {escape(line)}")
+
+
+def _graph_text(err: dict, count: int):
+    if err.get("graph") is None:
+        return None
+    during = {"compile": "while compiling", "run": "while running", "compile_start": "while compiling",
+              "first_call": "on its first call", "compiled": "after compiling"}.get(err.get("during"), "")
+    frame = f" (frame {err['frame']})" if err.get("frame") else ""
+    return f"{err['graph']}{frame} {during}".strip()
+
+
+def _debug_line(verdict: dict) -> None:
+    if verdict.get("debug_dir"):
+        out().print(f"  [bold]debug dir:[/] {verdict['debug_dir']}")

@@ -1,0 +1,158 @@
+"""The one backend resolver every tdbg command uses.
+
+A backend name is one of:
+  eager             Dynamo captures the program; PyTorch runs each FX graph as is.
+  aot_eager         Dynamo + AOTAutograd with tdbg's decompositions; PyTorch runs the aten graphs.
+  inductor          Dynamo + AOTAutograd + tdbg's own compiler (`tdbg.compiler.make_backend`).
+  torch:NAME        any backend registered with Dynamo (`torch._dynamo.list_backends()`).
+  module:function   a user's backend callable, imported from an installed/importable module.
+  path.py:function  a user's backend callable defined in a file. When the file is the script being
+                    run, the function is looked up in the running script (so it is not executed twice).
+
+`check_name(name)` validates the spelling without importing torch (for the CLI); `resolve(name,
+config)` returns a `Backend` whose `compiler_fn` is a Dynamo backend. Both raise `BackendError`
+(a ValueError) with one paragraph that lists the choices.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+# name -> one-line description; the factories live in _FACTORIES (they import torch).
+BUILTIN = {
+    "eager": "Dynamo capture only; FX graphs run by PyTorch",
+    "aot_eager": "Dynamo + AOTAutograd with tdbg's decompositions; run by PyTorch",
+    "inductor": "Dynamo + AOTAutograd + tdbg's compiler (generated C++)",
+}
+# Order of the backends chain `tdbg bisect` walks: each adds one layer to the previous one.
+CHAIN = ("eager", "aot_eager", "inductor")
+
+
+class BackendError(ValueError):
+    """A backend name that cannot be resolved; the message lists the choices."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str                 # as the user spelled it
+    kind: str                 # eager | aot_eager | inductor | torch | user
+    description: str
+    compiler_fn: Callable     # a Dynamo backend: (gm, example_inputs) -> callable
+
+
+def choices_text(registered: Optional[list] = None) -> str:
+    names = ", ".join(BUILTIN)
+    text = (f"choose one of {names}, torch:NAME (a backend registered with Dynamo"
+            + (f": {', '.join(registered)}" if registered else "")
+            + "), module:function or path/to/file.py:function")
+    return text
+
+
+def check_name(name: str) -> None:
+    """Validate the spelling of `name` without importing torch; raise BackendError if wrong."""
+    if name in BUILTIN:
+        return
+    head, sep, func = name.rpartition(":")
+    if not sep or not head or not func:
+        raise BackendError(f"unknown backend {name!r}: {choices_text()}.")
+    if head == "torch":
+        return
+    if head.endswith(".py"):
+        if not os.path.isfile(head):
+            raise BackendError(f"backend {name!r}: file {head!r} does not exist.")
+        return
+    if not all(part.isidentifier() for part in head.split(".")) or not func.isidentifier():
+        raise BackendError(f"backend {name!r} is not MODULE:FUNCTION or FILE.py:FUNCTION; {choices_text()}.")
+
+
+def tdbg_decompositions() -> dict:
+    """tdbg's decomposition table (the one its compiler gives AOTAutograd)."""
+    from tdbg.compiler import decompositions
+    return decompositions.decomposition_table()
+
+
+def _eager(config) -> Callable:
+    def eager(gm, example_inputs):
+        return gm.forward
+    return eager
+
+
+def _aot_eager(config) -> Callable:
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def nop(gm, example_inputs):
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=nop, bw_compiler=nop, inference_compiler=nop,
+                        decompositions=tdbg_decompositions())
+
+
+def _inductor(config) -> Callable:
+    from tdbg.compiler import make_backend
+    return make_backend(config)
+
+
+_FACTORIES = {"eager": _eager, "aot_eager": _aot_eager, "inductor": _inductor}
+
+
+def resolve(name: str, config=None, script: Optional[str] = None) -> Backend:
+    """The Backend for `name`; `config` (a tdbg Config, None = current at call time) feeds inductor.
+
+    `script` is the file being run as __main__: a `script.py:function` backend is then looked up
+    in `sys.modules["__main__"]` when first called instead of executing the file again.
+    """
+    check_name(name)
+    if name in BUILTIN:
+        return Backend(name, name, BUILTIN[name], _FACTORIES[name](config))
+    head, _, func = name.rpartition(":")
+    if head == "torch":
+        return Backend(name, "torch", f"Dynamo-registered backend {func!r}", _torch_backend(func))
+    fn = _from_file(head, func, script) if head.endswith(".py") else _from_module(head, func)
+    return Backend(name, "user", f"user backend {func} from {head}", fn)
+
+
+def _torch_backend(func: str) -> Callable:
+    import torch._dynamo
+    registered = torch._dynamo.list_backends(exclude_tags=())
+    if func not in registered:
+        raise BackendError(f"unknown backend 'torch:{func}': Dynamo has no backend named {func!r}; "
+                           + choices_text(registered) + ".")
+    return torch._dynamo.lookup_backend(func)
+
+
+def _from_module(module: str, func: str) -> Callable:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise BackendError(f"backend '{module}:{func}': cannot import module {module!r} ({e}).") from None
+    return _attribute(mod, func, f"{module}:{func}")
+
+
+def _attribute(namespace: Any, func: str, label: str) -> Callable:
+    fn = namespace.get(func) if isinstance(namespace, dict) else getattr(namespace, func, None)
+    if not callable(fn):
+        raise BackendError(f"backend {label!r}: no callable named {func!r} there.")
+    return fn
+
+
+def _from_file(path: str, func: str, script: Optional[str]) -> Callable:
+    if script and os.path.realpath(script) == os.path.realpath(path):
+        return _late_lookup(func, f"{path}:{func}")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(f"tdbg_user_backend_{stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return _attribute(module, func, f"{path}:{func}")
+
+
+def _late_lookup(func: str, label: str) -> Callable:
+    """The script being run defines the backend; find it in the script's globals when first used."""
+    def backend(gm, example_inputs):
+        return _attribute(vars(sys.modules["__main__"]), func, label)(gm, example_inputs)
+    backend.__name__ = func
+    return backend

@@ -1,0 +1,349 @@
+"""Run a user script as __main__ in a child process, every torch.compile sent to one backend.
+
+Parent side: `run_script(RunRequest) -> dict` (the verdict). The child is
+`python -m tdbg.minifier.runner SPEC.json`; it runs the script with its own argv, records graphs
+(see instrument.Session), classifies any failure and writes the verdict as JSON. A child killed
+by a signal or by the timeout still gets a verdict from the parent (stage `crash` / `timeout`),
+located by the child's events file. Nothing is left behind: the spec, events and verdict live in
+a temporary directory removed before `run_script` returns.
+
+Verdict (JSON-safe dict): status ("ok" | "failed"), stage (one of errors.STAGES, "backend",
+"script", "bad_input", "internal" or None), exit_code (the script's own code), compile_calls,
+graphs, recompiles, guards, error {type, message, source, fx_node, kernel, graph, frame,
+during, evidence, traceback}, debug_dir, duration_s, and stdout/stderr tails when captured.
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+MAX_MESSAGE_LINES = 12
+TORCH_LOG_CHANNELS = ("dynamo", "aot", "graph_breaks", "recompiles", "guards", "graph_code", "bytecode")
+
+
+@dataclass
+class RunRequest:
+    script: str
+    argv: list = field(default_factory=list)
+    backend: Optional[str] = "inductor"   # None: run uncompiled (the reference run)
+    fullgraph: bool = False
+    function: Optional[str] = None
+    check_accuracy: bool = False
+    config_json: str = "{}"              # tdbg Config.to_json() for the child
+    torch_logs: dict = field(default_factory=dict)   # torch._logging.set_logs(**torch_logs)
+    repro: Optional[dict] = None         # {"after", "level", "out_dir"} for dump.wrap_backend
+    timeout: Optional[float] = None
+    capture: bool = False                # keep the script's stdout/stderr (tails go in the verdict)
+
+
+def check_script(path: str) -> Optional[str]:
+    """A one-paragraph problem with `path` as a Python script, or None when it can be run."""
+    if not os.path.exists(path):
+        return f"the script {path!r} does not exist."
+    if not os.path.isfile(path):
+        return f"{path!r} is not a file; give the Python script to run."
+    try:
+        with open(path, "rb") as f:
+            ast.parse(f.read(), filename=path)
+    except SyntaxError as e:
+        return f"the script {path!r} does not parse: {e.msg} at line {e.lineno}."
+    except ValueError as e:
+        return f"the script {path!r} cannot be read as Python source: {e}."
+    return None
+
+
+def parse_torch_logs(names) -> dict:
+    """['+dynamo', 'graph_breaks'] -> set_logs kwargs; unknown names raise ValueError."""
+    import logging
+    kwargs = {}
+    for part in names:
+        name = part.lstrip("+")
+        if name not in TORCH_LOG_CHANNELS:
+            raise ValueError(f"unknown log channel {name!r}")
+        if name in ("dynamo", "aot"):
+            kwargs[name] = logging.DEBUG if part.startswith("+") else logging.INFO
+        else:
+            kwargs[name] = True
+    return kwargs
+
+
+# -- parent -------------------------------------------------------------------------------------
+def run_script(req: RunRequest) -> dict:
+    tmp = tempfile.mkdtemp(prefix="tdbg-run-")
+    try:
+        return _run_in(tmp, req)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_in(tmp: str, req: RunRequest) -> dict:
+    paths = {k: os.path.join(tmp, f"{k}") for k in ("spec.json", "events.jsonl", "verdict.json",
+                                                   "stdout.txt", "stderr.txt")}
+    spec = dict(asdict(req), script=os.path.abspath(req.script), events=paths["events.jsonl"],
+                verdict=paths["verdict.json"])
+    with open(paths["spec.json"], "w") as f:
+        json.dump(spec, f)
+    outs = [open(paths[p], "w") for p in ("stdout.txt", "stderr.txt")] if req.capture else [None, None]
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "tdbg.minifier.runner", paths["spec.json"]],
+                            stdout=outs[0], stderr=outs[1], start_new_session=True)
+    timed_out = False
+    try:
+        proc.wait(timeout=req.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc)
+    except BaseException:
+        _kill(proc)
+        raise
+    finally:
+        for f in outs:
+            if f is not None:
+                f.close()
+    verdict = _read_json(paths["verdict.json"])
+    if verdict is None:
+        verdict = _dead_child_verdict(proc.returncode, timed_out, req, paths["events.jsonl"])
+    verdict["duration_s"] = round(time.monotonic() - start, 2)
+    if req.capture:
+        verdict["stdout_tail"] = _tail(paths["stdout.txt"])
+        verdict["stderr_tail"] = _tail(paths["stderr.txt"])
+    return verdict
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _events(path: str) -> list:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, events_path: str) -> dict:
+    """The child wrote no verdict: it was killed (timeout), died from a signal, or crashed hard."""
+    events = _events(events_path)
+    last = events[-1] if events else {}
+    graph = last.get("graph")
+    where = {"compile_start": f"while compiling graph {graph}",
+             "compiled": f"after compiling graph {graph}",
+             "first_call": f"while running graph {graph} for the first time"}.get(last.get("event"),
+                                                                                 "before any graph was compiled")
+    if timed_out:
+        stage, message = "timeout", f"the run exceeded its {req.timeout:g} s timeout ({where})"
+    elif returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        stage, message = "crash", f"the process died from signal {name} ({where})"
+    else:
+        stage, message = "internal", f"the tdbg child process exited with code {returncode} without a verdict"
+    frames = {e["graph"]: e.get("frame") for e in events if e.get("event") == "compile_start"}
+    return {"status": "failed", "stage": stage, "exit_code": returncode, "compile_calls": None,
+            "graphs": [], "recompiles": [], "guards": [],
+            "error": {"type": stage, "message": message, "graph": graph, "frame": frames.get(graph),
+                      "during": last.get("event"), "source": None, "fx_node": None, "kernel": None,
+                      "evidence": {}, "traceback": ""}}
+
+
+# -- child --------------------------------------------------------------------------------------
+def _child(spec: dict) -> dict:
+    import builtins
+    import types
+
+    from tdbg.compiler import config as tdbg_config
+    from tdbg.minifier import instrument
+    from tdbg.minifier.backends import BackendError, resolve
+
+    cfg = tdbg_config.Config.from_json(spec["config_json"])
+    tdbg_config.set_default(cfg)
+    script = spec["script"]
+    if spec["torch_logs"]:
+        import torch._logging
+        torch._logging.set_logs(**spec["torch_logs"])
+    backend_fn, kind = None, ""
+    if spec["backend"]:
+        try:
+            backend = resolve(spec["backend"], cfg, script=script)
+        except BackendError as e:
+            return _bad_input(str(e))
+        backend_fn, kind = backend.compiler_fn, backend.kind
+        if spec["repro"]:
+            from tdbg.minifier.dump import wrap_backend
+            backend_fn = wrap_backend(backend_fn, config=cfg, **spec["repro"])
+    session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
+                                 function=spec["function"], check_accuracy=spec["check_accuracy"],
+                                 events_path=spec["events"])
+    with open(script, "rb") as f:
+        code = compile(f.read(), script, "exec")
+    module = types.ModuleType("__main__")
+    module.__file__, module.__builtins__ = script, builtins
+    saved = (sys.argv, sys.path[0], sys.modules["__main__"])
+    sys.argv, sys.path[0], sys.modules["__main__"] = [script, *spec["argv"]], os.path.dirname(script), module
+    exc, exit_code = None, 0
+    try:
+        with session.install():
+            exec(code, module.__dict__)
+    except SystemExit as e:
+        exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: B902 - the script's failure is what we report
+        exc = e
+    finally:
+        sys.argv, sys.path[0], sys.modules["__main__"] = saved
+    return _verdict(session, exc, exit_code, script, cfg)
+
+
+def _bad_input(message: str) -> dict:
+    return {"status": "failed", "stage": "bad_input", "exit_code": None, "compile_calls": 0,
+            "graphs": [], "recompiles": [], "guards": [],
+            "error": {"type": "bad_input", "message": message, "evidence": {}, "traceback": ""}}
+
+
+def _verdict(session, exc, exit_code: int, script: str, cfg) -> dict:
+    verdict = {"status": "ok", "stage": None, "exit_code": exit_code, "compile_calls": session.compile_calls,
+               "graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards,
+               "error": None, "debug_dir": _debug_dir(cfg)}
+    if exc is not None:
+        verdict["error"] = describe(exc, session, script)
+        verdict.update(status="failed", stage=verdict["error"]["stage"], exit_code=1)
+        if verdict["stage"] == "script":
+            sys.stderr.write(verdict["error"]["traceback"])
+    elif exit_code != 0:
+        verdict.update(status="failed", stage="script",
+                       error={"type": "SystemExit", "message": f"the script exited with code {exit_code}",
+                              "evidence": {}, "traceback": "", "stage": "script"})
+    return verdict
+
+
+def _debug_dir(cfg) -> Optional[str]:
+    if not cfg.debug:
+        return None
+    found = sorted(glob.glob(os.path.join(cfg.debug_dir, f"run_*-pid_{os.getpid()}")))
+    return os.path.abspath(found[-1]) if found else None
+
+
+def describe(exc: BaseException, session, script: str) -> dict:
+    """Classify `exc` and pull out the user's line, FX node, kernel and the first lines of the error."""
+    import traceback
+
+    from tdbg.minifier import instrument
+    chain = instrument.exception_chain(exc)
+    tag = next((t for t in map(session.tag_of, chain) if t), None)
+    typed = instrument.typed_error(exc)
+    if tag:
+        stage = tag["stage"]
+    elif typed is not None:
+        stage = typed.stage
+    else:
+        stage = "dynamo" if _is_dynamo_error(chain) else "script"
+    evidence = typed.evidence() if typed is not None else {}
+    root = typed or _innermost(chain)
+    graph = tag["graph"] if tag else None
+    info = session.graphs[graph] if graph is not None and graph < len(session.graphs) else {}
+    fx = evidence.get("fx_node") or ", ".join(evidence.get("fx_nodes") or []) or None
+    return {"stage": stage, "type": type(root).__name__,
+            "message": _first_lines(evidence.get("message") or f"{type(root).__name__}: {root}"),
+            "source": evidence.get("source") or _user_line(chain, script),
+            "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
+            "frame": info.get("frame"), "during": tag["during"] if tag else None, "evidence": evidence,
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+def _is_dynamo_error(chain) -> bool:
+    from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
+    return any(isinstance(e, TorchDynamoException) and not isinstance(e, BackendCompilerFailed) for e in chain)
+
+
+def _innermost(chain):
+    """The exception that says what went wrong: Dynamo's wrappers name only the backend."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    for e in chain:
+        if isinstance(e, BackendCompilerFailed) and getattr(e, "inner_exception", None) is not None:
+            return e.inner_exception
+    return chain[0]
+
+
+def _first_lines(text: str) -> str:
+    lines = [ln[:300] for ln in str(text).strip().splitlines()]
+    more = len(lines) - MAX_MESSAGE_LINES
+    return "\n".join(lines[:MAX_MESSAGE_LINES] + ([f"... ({more} more lines)"] if more > 0 else []))
+
+
+def _user_line(chain, script: str) -> Optional[str]:
+    """'file:line  code' of the user's innermost frame: Dynamo's user stack first, else the traceback."""
+    import traceback
+
+    from tdbg.minifier import instrument
+    for e in chain:
+        stack = getattr(e, "real_stack", None)
+        frames = instrument.user_frames(stack) if stack else []
+        if frames:
+            return _fmt(frames[-1])
+    for e in chain:
+        frames = instrument.user_frames(traceback.extract_tb(e.__traceback__))
+        if frames:
+            return _fmt(frames[-1])
+    return None
+
+
+def _fmt(frame: dict) -> str:
+    return f"{_rel(frame['file'])}:{frame['line']} in {frame['function']}: {frame['code']}"
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def child_main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    try:
+        verdict = _child(spec)
+    except BaseException as e:  # noqa: B902 - a bug in tdbg: still hand the parent a verdict
+        import traceback
+        verdict = {"status": "failed", "stage": "internal", "exit_code": None, "compile_calls": None,
+                   "graphs": [], "recompiles": [], "guards": [],
+                   "error": {"type": type(e).__name__, "message": _first_lines(str(e)), "evidence": {},
+                             "traceback": "".join(traceback.format_exception(e))}}
+    tmp = spec["verdict"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(verdict, f, default=str)
+    os.replace(tmp, spec["verdict"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1]))
