@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import traceback
 from typing import Any, Callable, Optional
 
@@ -58,6 +59,24 @@ def op_name(node) -> str:
         mod = node.graph.owning_module.get_submodule(node.target) if node.graph.owning_module else None
         return type(mod).__name__ if mod is not None else str(node.target)
     return node.op
+
+
+_STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\n\s*(?P<code>[^\n]*)')
+
+
+def graph_lines(gm) -> list:
+    """The user lines a graph's ops come from, in order, duplicates grouped: [{file, line, code, ops}]."""
+    lines: dict = {}
+    for node in gm.graph.nodes:
+        frames = [m.groupdict() for m in _STACK_FRAME.finditer(node.meta.get("stack_trace") or "")]
+        frames = [f for f in frames if is_user_file(f["file"])]
+        if not node.op.startswith("call_") or not frames:
+            continue
+        f = frames[-1]
+        entry = lines.setdefault((f["file"], int(f["line"])), {"file": f["file"], "line": int(f["line"]),
+                                                               "code": f["code"].strip(), "ops": []})
+        entry["ops"].append(op_name(node))
+    return list(lines.values())
 
 
 def _current_frame_name() -> str:
@@ -151,7 +170,8 @@ class Session:
             return gm.forward
         index = len(self.graphs)
         info = {"index": index, "frame": frame, "ops": [op_name(n) for n in gm.graph.nodes
-                                                        if n.op.startswith("call_")]}
+                                                        if n.op.startswith("call_")],
+                "lines": graph_lines(gm)}
         info.update(self._reason(gm))
         self.graphs.append(info)
         self.event("compile_start", graph=index, frame=frame)
@@ -206,7 +226,8 @@ class Session:
     def _guard_fail(self, failure):
         code = failure.orig_code
         self.recompiles.append({"frame": code.co_name, "file": code.co_filename,
-                                "line": code.co_firstlineno, "reason": str(failure.reason)})
+                                "line": code.co_firstlineno, "reason": str(failure.reason),
+                                "graphs_before": len(self.graphs)})
 
     def _guard_export(self, guards):
         # Dynamo exports a frame's guards right after handing its graph to the backend.

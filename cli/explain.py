@@ -1,0 +1,101 @@
+"""`tdbg explain`: graph breaks, recompiles and guards of every compiled function in a script."""
+from __future__ import annotations
+
+import click
+
+from tdbg.cli import common
+from tdbg.cli.console import exit_code, exit_codes_help, out, write_json
+
+JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
+
+
+@click.command(epilog=exit_codes_help())
+@common.script_arguments
+@click.option("--max-graph-breaks", type=click.IntRange(0), metavar="N",
+              help="Exit with the `threshold` code when there are more than N graph-break sites.")
+@click.option("--max-recompiles", type=click.IntRange(0), metavar="N",
+              help="Exit with the `threshold` code when Dynamo recompiles more than N times.")
+@common.timeout_option(None)
+@common.json_option
+def explain(script, args, max_graph_breaks, max_recompiles, timeout, json_path):
+    """Run SCRIPT (ARGS after --) capturing graphs only (Dynamo, no compiler) and explain them.
+
+    Per compiled function: graph count, ops per graph and the user lines they come from, graph
+    breaks with the reason in plain words and the line, a guard summary, and each recompile with
+    the guard that failed in user terms and what to do about it.
+    """
+    common.require_script(script)
+    from tdbg.minifier.explain import build_report, exceeded
+    from tdbg.minifier.runner import RunRequest, run_script
+    verdict = run_script(RunRequest(script=script, argv=list(args), backend="eager",
+                                    config_json=common.base_config().to_json(), timeout=timeout))
+    report = build_report(verdict)
+    problems = exceeded(report, max_graph_breaks, max_recompiles)
+    code = _exit(verdict, problems, script)
+    render(report, verdict, problems, script)
+    write_json(json_path, {"script": script, "argv": list(args),
+                           "thresholds": {"max_graph_breaks": max_graph_breaks, "max_recompiles": max_recompiles},
+                           "exceeded": problems, "exit_code": code, "status": verdict["status"],
+                           "stage": verdict.get("stage"), "error": _short_error(verdict), **report},
+               JSON_SCHEMA, JSON_VERSION)
+    raise SystemExit(code)
+
+
+def _exit(verdict: dict, problems: list, script: str) -> int:
+    if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
+        verdict.update(status="failed", stage="bad_input",
+                       error={"type": "bad_input", "message": common.never_compiled_message(script)})
+    if verdict["status"] != "ok":
+        return common.stage_exit_code(verdict)
+    return exit_code("threshold") if problems else exit_code("ok")
+
+
+def _short_error(verdict: dict):
+    err = verdict.get("error")
+    return None if not err else {k: err.get(k) for k in ("stage", "type", "message", "source")}
+
+
+def render(report: dict, verdict: dict, problems: list, script: str) -> None:
+    from rich.markup import escape
+    c = out()
+    t = report["totals"]
+    c.print(f"[bold]{escape(script)}[/]: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
+            f"{t['graph_breaks']} graph break(s), {t['recompiles']} recompile(s)")
+    for fn in report["functions"]:
+        _render_function(c, fn)
+    if verdict["status"] != "ok":
+        err = verdict.get("error") or {}
+        c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
+                f"{escape(str(err.get('message', '')))}")
+    for problem in problems:
+        c.print(f"[bold red]THRESHOLD EXCEEDED:[/] {escape(problem)}")
+
+
+def _render_function(c, fn: dict) -> None:
+    from rich.markup import escape
+    extra = fn["compiled_graphs"] - fn["graph_count"]
+    compiled = f" ({fn['compiled_graphs']} compiled: {extra} more for recompiles or other branch outcomes)" \
+        if extra else ""
+    c.print(f"\n[bold cyan]{escape(fn['function'])}[/]: {fn['graph_count']} graph(s){compiled}, "
+            f"{fn['graph_breaks']} graph break(s), {fn['recompile_count']} recompile(s)")
+    for g in fn["graphs"]:
+        ops = ", ".join(f"{k}" + (f" x{n}" if n > 1 else "") for k, n in g["ops"].items())
+        c.print(f"  graph {g['index']} ({escape(g['frame'])}): {g['op_count']} op(s): {escape(ops)}")
+        for line in g["lines"]:
+            c.print(f"      line {line['line']}: {escape(line['code'])}  [dim]-> {escape(', '.join(line['ops']))}[/]")
+    for i, b in enumerate(fn["breaks"], 1):
+        times = f" (x{b['count']})" if b["count"] > 1 else ""
+        c.print(f"  [bold yellow]break {i}[/]{times}: {escape(b['line'])}")
+        c.print(f"      why: {escape(b['reason'])}")
+    guards = fn["guards"]
+    if guards["total"]:
+        kinds = ", ".join(f"{k} {n}" for k, n in guards["by_kind"].items())
+        tensors = ", ".join(guards["tensors"]) or "none"
+        c.print(f"  guards: {guards['total']} ({escape(kinds)}); tensors checked: {escape(tensors)}")
+    for r in fn["recompiles"]:
+        where = f" at {r['line']}" if r.get("line") else ""
+        c.print(f"  [bold magenta]recompile[/] of {escape(r['frame'])}{escape(where)}: {escape(r['changed'])}")
+        for other in r["also"]:
+            c.print(f"      also: {escape(other)}")
+        if r["suggestion"]:
+            c.print(f"      fix: {escape(r['suggestion'])}")

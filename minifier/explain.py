@@ -1,0 +1,189 @@
+"""Turn what a run recorded (graphs, break reasons, guards, guard failures) into an explanation.
+
+`build_report(verdict)` takes a runner verdict (run with the `eager` backend: Dynamo capture
+only) and returns, per compiled function: its graphs with ops and user lines, its graph breaks
+with a reason in plain words (grouped by site), a guard summary, and its recompiles with the
+guard that failed in user terms and a suggestion. Pure data in, data out: no torch needed.
+
+Counting, per function: `graph_count` is the number of pieces Dynamo split it into (distinct
+frames: the function and its resume points), as `torch._dynamo.explain` reports for one call;
+`compiled_graphs` counts every graph compiled (recompiles, and continuations compiled for both
+outcomes of a branch, included). `graph_breaks` is the number of distinct break sites (line,
+reason). `recompiles` counts recompilations: the guard failures Dynamo reports before one new
+compile of a frame are one recompile (every cached graph's guard fails, one reason each).
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from typing import Optional
+
+# (pattern on Dynamo's break reason, plain words). First match wins; {0}, {1}... are groups.
+BREAK_REASONS = (
+    (r"generic_jump|[Dd]ata-dependent (branching|jump)|[Dd]ynamic control flow",
+     "data-dependent branch on a tensor value (a Python `if`/`while` on a tensor)"),
+    (r"builtin operator `print`", "call to print(): Dynamo cannot put Python I/O in a graph"),
+    (r"Tensor\.item\(\)", "reads a tensor value into Python with .item() "
+                          "(torch._dynamo.config.capture_scalar_outputs = True keeps it in the graph)"),
+    (r"Tensor\.tolist\(\)", "converts a tensor to a Python list with .tolist()"),
+    (r"graph_break\(\)", "an explicit torch._dynamo.graph_break()"),
+    (r"marked as skipped|skipped function", "call into a function Dynamo does not trace (skipped)"),
+    (r"builtin operator `(\w+)`", "call to the Python builtin {0}(), which Dynamo cannot trace"),
+    (r"[Dd]ata dependent operator|[Dd]ynamic shape operator",
+     "an op whose output shape depends on tensor values (e.g. nonzero)"),
+    (r"[Uu]nsupported context manager", "an unsupported context manager (`with ...`)"),
+    (r"[Uu]nsupported method call|[Uu]nsupported function call", "a call Dynamo cannot trace"),
+)
+
+# (pattern on a guard failure, what changed, suggestion)
+RECOMPILE_REASONS = (
+    (r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>\d+)\. expected (?P<old>\S+), actual (?P<new>\S+)",
+     "argument `{name}` changed size in dim {dim}: {old} -> {new}",
+     "call torch._dynamo.mark_dynamic({name}, {dim}) before the first call (or torch.compile(..., "
+     "dynamic=True)) so one graph serves every size"),
+    (r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<dim>\d+)\. expected (?P<old>\S+), actual (?P<new>\S+)",
+     "argument `{name}` changed layout (stride of dim {dim}: {old} -> {new})",
+     "pass `{name}` with one layout, e.g. {name}.contiguous()"),
+    (r"tensor '(?P<name>[^']+)' dtype mismatch\. expected (?P<old>\w+), actual (?P<new>\w+)",
+     "argument `{name}` changed dtype: {old} -> {new}",
+     "each dtype needs its own graph; cast `{name}` to one dtype before the call if the recompiles hurt"),
+    (r"tensor '(?P<name>[^']+)' requires_grad mismatch",
+     "argument `{name}` changed requires_grad",
+     "call with the same requires_grad every time (or detach() it)"),
+    (r"tensor '(?P<name>[^']+)' (?P<what>[\w ]+) mismatch",
+     "argument `{name}` changed {what}", "keep `{name}`'s {what} the same between calls"),
+    (r"^___stack\d+ == (?P<old>[^\s#]+)",
+     "a Python number computed by the previous graph changed (was {old})",
+     "keep the value in a tensor, or set torch._dynamo.config.capture_scalar_outputs = True"),
+    (r"len\((?P<name>[^)]+)\) == (?P<old>\d+)",
+     "the length of {name} changed (was {old})", "pass sequences of one length, or a stacked tensor"),
+    (r"^(?:L\[')?(?P<name>\w+)(?:'\])? == (?P<old>[^\s#]+)",
+     "Python value `{name}` changed (the graph was specialised to {old})",
+     "pass it as a tensor, or torch.compile(..., dynamic=True) to treat numbers symbolically"),
+    (r"GRAD_MODE|grad_mode", "grad mode changed (torch.no_grad() versus enabled)",
+     "run every call under the same grad mode"),
+    (r"___check_obj_id\((?P<name>[^,]+)", "{name} is a different object than when compiled",
+     "keep the same object (module, function, global) between calls"),
+    (r"___check_type_id\((?P<name>[^,]+)", "{name} changed type", "pass the same type every call"),
+)
+
+
+def plain_break_reason(reason: str) -> str:
+    for pattern, words in BREAK_REASONS:
+        m = re.search(pattern, reason)
+        if m:
+            return words.format(*m.groups())
+    return _first_line(reason)
+
+
+def plain_recompile(reason: str) -> dict:
+    """{'changed', 'suggestion', 'guard', 'line'} for one guard-failure text from Dynamo."""
+    guard = re.sub(r"^\d+/\d+:\s*", "", _first_line(reason))
+    code = re.search(r"#\s*(?P<code>.+?)\s*#\s*(?P<where>\S+:\d+)", guard)
+    guard_expr = guard.split("#")[0].strip()
+    line = _user_stack_line(reason) or (code.group("where") if code else None)
+    for pattern, changed, suggestion in RECOMPILE_REASONS:
+        m = re.search(pattern, guard_expr)
+        if m:
+            fields = m.groupdict()
+            return {"changed": changed.format(**fields), "suggestion": suggestion.format(**fields),
+                    "guard": guard_expr, "line": line}
+    return {"changed": f"guard failed: {guard_expr}", "suggestion": "", "guard": guard_expr, "line": line}
+
+
+def _user_stack_line(reason: str) -> Optional[str]:
+    m = re.search(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in \S+\n\s+(?P<code>.+)', reason)
+    return f"{_rel(m['file'])}:{m['line']}  {m['code'].strip()}" if m else None
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def function_of(frame: str) -> str:
+    """The user function a Dynamo frame belongs to (resume functions fold into their parent)."""
+    m = re.match(r"torch_dynamo_resume_in_(?P<fn>.+)_at_\d+$", frame or "")
+    return m["fn"] if m else (frame or "<unknown>")
+
+
+def _site(frame: dict) -> str:
+    return f"{_rel(frame['file'])}:{frame['line']}  {frame['code']}"
+
+
+def build_report(verdict: dict) -> dict:
+    functions: dict = {}
+    for graph in verdict.get("graphs") or []:
+        fn = _function(functions, function_of(graph["frame"]))
+        ops = Counter(graph["ops"])
+        fn["graphs"].append({"index": graph["index"], "frame": graph["frame"], "op_count": len(graph["ops"]),
+                             "ops": dict(ops.most_common()), "lines": graph.get("lines") or []})
+        if graph.get("graph_break"):
+            _add_break(fn, graph)
+    for guards in verdict.get("guards") or []:
+        _merge_guards(_function(functions, function_of(guards["frame"]))["guards"], guards)
+    for group in _recompile_groups(verdict.get("recompiles") or []):
+        fn = _function(functions, function_of(group[0]["frame"]))
+        first = plain_recompile(group[0]["reason"])
+        others = sorted({plain_recompile(r["reason"])["changed"] for r in group[1:]} - {first["changed"]})
+        fn["recompiles"].append({"frame": group[0]["frame"], **first, "failed_guards": len(group),
+                                 "also": others})
+    for fn in functions.values():
+        fn["graph_count"] = len({g["frame"] for g in fn["graphs"]})
+        fn["compiled_graphs"] = len(fn["graphs"])
+        fn["graph_breaks"] = len(fn["breaks"])
+        fn["recompile_count"] = len(fn["recompiles"])
+    totals = {"functions": len(functions),
+              "graphs": sum(f["graph_count"] for f in functions.values()),
+              "compiled_graphs": sum(f["compiled_graphs"] for f in functions.values()),
+              "graph_breaks": sum(f["graph_breaks"] for f in functions.values()),
+              "recompiles": sum(f["recompile_count"] for f in functions.values())}
+    return {"totals": totals, "functions": list(functions.values())}
+
+
+def _recompile_groups(failures: list) -> list:
+    """Guard failures of one frame before the same next compile form one recompile."""
+    groups: dict = {}
+    for f in failures:
+        groups.setdefault((f["frame"], f.get("graphs_before")), []).append(f)
+    return list(groups.values())
+
+
+def _function(functions: dict, name: str) -> dict:
+    return functions.setdefault(name, {"function": name, "graphs": [], "breaks": [], "recompiles": [],
+                                       "guards": {"total": 0, "by_kind": {}, "tensors": []}})
+
+
+def _add_break(fn: dict, graph: dict) -> None:
+    site = _site(graph["stack"][-1]) if graph.get("stack") else "<unknown line>"
+    plain = plain_break_reason(graph["reason"])
+    for b in fn["breaks"]:
+        if b["line"] == site and b["reason"] == plain:
+            b["count"] += 1
+            return
+    fn["breaks"].append({"line": site, "reason": plain, "dynamo_reason": _first_line(graph["reason"]),
+                         "user_stack": [_site(f) for f in graph.get("stack") or []], "count": 1})
+
+
+def _merge_guards(summary: dict, guards: dict) -> None:
+    summary["total"] += guards["total"]
+    for kind, n in guards["by_kind"].items():
+        summary["by_kind"][kind] = summary["by_kind"].get(kind, 0) + n
+    for name in (re.sub(r"^L\['(.*)'\]$", r"\1", t) for t in guards["tensors"]):
+        if name not in summary["tensors"]:
+            summary["tensors"].append(name)
+
+
+def exceeded(report: dict, max_graph_breaks: Optional[int], max_recompiles: Optional[int]) -> list:
+    """Threshold violations as sentences; empty when within limits."""
+    totals, problems = report["totals"], []
+    if max_graph_breaks is not None and totals["graph_breaks"] > max_graph_breaks:
+        problems.append(f"{totals['graph_breaks']} graph break(s) > --max-graph-breaks {max_graph_breaks}")
+    if max_recompiles is not None and totals["recompiles"] > max_recompiles:
+        problems.append(f"{totals['recompiles']} recompile(s) > --max-recompiles {max_recompiles}")
+    return problems
