@@ -1,0 +1,143 @@
+"""`tdbg profile SCRIPT [-- ARGS...]`: eager vs compiled time per call, profiler table, lost speed."""
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from tdbg.cli.console import EXIT_CODES, err, exit_codes_help, fail, out, render_evidence, write_json
+
+JSON_SCHEMA = "tdbg.profile"
+PROFILER_ROWS = 15
+TABLE_WIDTH = 120   # kernel names are long; tables never squeeze below this
+EAGER_PROFILER_ROWS = 8
+
+
+@click.command(epilog=exit_codes_help(), context_settings={"max_content_width": 100})
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--backend", default="inductor", show_default=True,
+              help="eager, aot_eager, inductor (tdbg's compiler) or torch:NAME.")
+@click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
+              help="Timed calls of each compiled callable (and of its eager original), alternating.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Chrome trace file to write (default: <script>.trace.json in the current directory).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON ('-' = stdout).")
+@click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
+def profile(script, args, backend, iterations, trace_path, json_path, force):
+    """Time SCRIPT eager and compiled, and show where the compiled time goes.
+
+    Every torch.compile in SCRIPT compiles with --backend. Each compiled callable is then called
+    --iterations times with the arguments of its last call in the script, alternating with its
+    eager original, and profiled with torch.profiler (tdbg's kernels appear by name). Flags graph
+    breaks, recompiles, ops that fell back to aten and allocation page faults.
+    """
+    if not os.path.isfile(script):
+        fail(f"{script} does not exist or is not a file; give the path of a Python script that calls torch.compile.")
+    trace_path = trace_path or f"{os.path.splitext(os.path.basename(script))[0]}.trace.json"
+    if os.path.exists(trace_path) and not force:
+        fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
+    from tdbg.minifier.profiling import ScriptFailed, profile_script
+    start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    try:
+        report = profile_script(script, list(args), backend=backend, iterations=iterations, trace_path=trace_path)
+    except ValueError as e:
+        fail(str(e), "bad_input")
+    except ScriptFailed as e:
+        _script_failed(e)
+    render(report, start)
+    write_json(json_path, dict(report.to_dict(), date=start), JSON_SCHEMA)
+
+
+def _script_failed(e) -> None:
+    error = getattr(e.error, "inner_exception", None) or e.error
+    if error is None:
+        err().print(f"[bold red]error:[/] {e}")
+        raise SystemExit(e.run.exit_code)
+    stage = getattr(error, "stage", None)
+    if stage is None and type(error).__module__.startswith("torch._dynamo"):
+        stage = "dynamo"
+    if stage not in EXIT_CODES:
+        err().print(f"[bold red]error:[/] {e}")
+        raise SystemExit(1)
+    evidence = error.evidence() if hasattr(error, "evidence") else {"stage": stage, "message": str(error)}
+    render_evidence(evidence, f"the {e.mode} run of the script failed in stage {stage}")
+    raise SystemExit(EXIT_CODES[stage][0])
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _us(us) -> str:
+    return f"{us / 1e3:.3f}ms" if us >= 1000 else f"{us:.1f}us"
+
+
+def render(report, start: str) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    c = out()
+    c.print(f"[bold]tdbg profile[/] {escape(report.script)}  backend={report.backend}  "
+            f"iterations={report.iterations}  {start}")
+    t = Table(title="time per call (medians, alternating eager/compiled)")
+    for col in ("callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s", "faults/call"):
+        t.add_column(col, justify="left" if col == "callable" else "right")
+    for cp in report.callables:
+        t.add_row(escape(cp.label), str(cp.calls_in_script), _ms(cp.eager_s), _ms(cp.compiled_s),
+                  "-" if cp.speedup is None else f"{cp.speedup:.2f}x", f"{cp.first_call_s:.3f}",
+                  "-" if cp.minor_faults_per_call is None else f"{cp.minor_faults_per_call:.0f}")
+    _table(t)
+    c.print(f"script wall time: eager {report.eager_script_s:.3f} s, compiled {report.compiled_script_s:.3f} s "
+            "(includes compilation)")
+    _render_compile(report)
+    _render_profile(report.profiler_rows, PROFILER_ROWS, "torch.profiler, compiled (self CPU time)")
+    _render_profile(report.eager_profiler_rows, EAGER_PROFILER_ROWS, "torch.profiler, eager (self CPU time)")
+    c.print(f"Chrome trace: {escape(str(report.trace_path))}")
+    _render_flags(report.flags)
+
+
+def _render_compile(report) -> None:
+    from rich.table import Table
+    c = out()
+    t = Table(title="compiled graphs (backend compile time per graph)")
+    for col in ("compile id", "ops", "backend s", "note"):
+        t.add_column(col, justify="right" if col in ("ops", "backend s") else "left")
+    for g in report.graphs:
+        note = "recompile" if g.recompile else ""
+        t.add_row(g.compile_id, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
+    _table(t)
+    if report.stages:
+        c.print("compile stages (summed over graphs): " + ", ".join(
+            f"{name} {secs:.3f}s" for name, secs in sorted(report.stages.items(), key=lambda kv: -kv[1])))
+    else:
+        c.print("compile stages: the backend reports none; total per graph is shown above")
+
+
+def _render_profile(rows: list, limit: int, title: str) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from tdbg.minifier.profiling import KERNEL_NAME
+    t = Table(title=title)
+    for col in ("name", "self CPU %", "self CPU", "CPU total", "# calls"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows[:limit]:
+        name = escape(r["name"])
+        t.add_row(f"[bold cyan]{name}[/]" if KERNEL_NAME.search(r["name"]) else name, f"{r['self_cpu_pct']:.2f}%",
+                  _us(r["self_cpu_us"]), _us(r["cpu_total_us"]), str(r["calls"]))
+    _table(t)
+
+
+def _table(table) -> None:
+    out().print(table, width=max(out().width, TABLE_WIDTH))
+
+
+def _render_flags(flags: list) -> None:
+    from rich.markup import escape
+    c = out()
+    if not flags:
+        c.print("lost speed: no graph breaks, recompiles, aten fallbacks or allocation page faults seen")
+        return
+    c.print("[bold yellow]lost speed:[/]")
+    for f in flags:
+        c.print(f"  [yellow]{f['kind']}[/]: {escape(f['message'])}")

@@ -1,0 +1,475 @@
+"""Measuring compiled programs: timing helpers shared with benchmarks/, and `profile_script`.
+
+`profile_script` runs a user script twice in this process, as `__main__` with its own argv:
+once with every `torch.compile(...)` returning the original callable (eager) and once with it
+compiling through the chosen backend. Both passes wrap what `torch.compile` returns in a
+`TimedCallable`, so every call is timed. Afterwards each compiled callable is re-run
+`iterations` times with the arguments of its last call in the script, alternating with the
+original (eager) callable, and once more under `torch.profiler`; the result is a
+`ProfileReport` (plain data, `to_dict()` is the `--json` payload). Nothing here prints.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import glob
+import json
+import os
+import re
+import resource
+import runpy
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+KERNEL_NAME = re.compile(r"cpp_fused")
+# torch.compile keyword arguments that only mean something to torch's Inductor
+INDUCTOR_ONLY_KWARGS = ("mode", "options")
+
+
+# ---------------------------------------------------------------- timing helpers
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (first touches of freshly mapped memory)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def median(values: list) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def timed(fn: Callable, *args, **kwargs) -> tuple:
+    """(seconds, minor faults, result) of one call."""
+    f0, t0 = minor_faults(), time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - t0, minor_faults() - f0, result
+
+
+def alternate(callables: dict, repeat: int, number: int = 1) -> dict:
+    """Time the callables run by run (a, b, c, a, b, c, ...): name -> per-call seconds and faults.
+
+    Each run makes `number` calls; the recorded figures are per call.
+    """
+    samples = {name: {"seconds": [], "faults": []} for name in callables}
+    for _ in range(repeat):
+        for name, fn in callables.items():
+            f0, t0 = minor_faults(), time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[name]["seconds"].append((time.perf_counter() - t0) / number)
+            samples[name]["faults"].append((minor_faults() - f0) / number)
+    return samples
+
+
+# ---------------------------------------------------------------- backends
+
+def resolve_backend(spec: str, config=None) -> Callable:
+    """A Dynamo backend callable for a `--backend` spec (`eager`, `aot_eager`, `inductor`, `torch:NAME`).
+
+    `inductor` is tdbg's own compiler. Raises ValueError naming the choices for an unknown spec.
+    """
+    import torch._dynamo
+    if spec == "inductor":
+        try:
+            from tdbg.compiler import make_backend
+        except ImportError as e:
+            raise ValueError(f"backend 'inductor' (tdbg's compiler) is not available: {e}") from None
+        return make_backend(config)
+    name = spec[len("torch:"):] if spec.startswith("torch:") else spec
+    if spec not in ("eager", "aot_eager") and not spec.startswith("torch:"):
+        raise ValueError(f"unknown backend {spec!r}; choices: eager, aot_eager, inductor, torch:NAME")
+    if name not in torch._dynamo.list_backends(exclude_tags=()):
+        raise ValueError(f"torch has no Dynamo backend {name!r}; registered: "
+                         + ", ".join(torch._dynamo.list_backends(exclude_tags=())))
+    return torch._dynamo.lookup_backend(name)
+
+
+@dataclass
+class GraphCompile:
+    """One graph handed to the backend: Dynamo's compile id, size and backend time."""
+    compile_id: str
+    ops: int
+    seconds: float
+    error: Optional[str] = None
+
+    @property
+    def recompile(self) -> bool:
+        # compile ids are "<frame>/<n>"; n > 0 means the frame was compiled again
+        return not self.compile_id.endswith("/0") and "/" in self.compile_id
+
+
+def timed_backend(backend: Callable, log: list) -> Callable:
+    """Wrap a Dynamo backend so each graph's compile time and size land in `log`."""
+    import torch._guards
+
+    def compile_graph(gm, example_inputs):
+        cid = str(torch._guards.CompileContext.current_compile_id())
+        ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        t0 = time.perf_counter()
+        try:
+            compiled = backend(gm, example_inputs)
+        except Exception as e:
+            log.append(GraphCompile(cid, ops, time.perf_counter() - t0, f"{type(e).__name__}: {e}"))
+            raise
+        log.append(GraphCompile(cid, ops, time.perf_counter() - t0))
+        return compiled
+    return compile_graph
+
+
+# ---------------------------------------------------------------- script passes
+
+class TimedCallable:
+    """What the patched `torch.compile` returns: times every call of `target`.
+
+    Attribute access goes to `target` (so `compiled_model.parameters()` still works), and it
+    binds like a function when `torch.compile` decorated a method.
+    """
+
+    def __init__(self, label: str, original: Callable, target: Callable):
+        self.__dict__.update(_label=label, _original=original, _target=target, calls=[], last=None)
+
+    def __call__(self, *args, **kwargs):
+        import torch
+        self.__dict__["last"] = (args, kwargs, torch.is_grad_enabled())
+        f0, t0 = minor_faults(), time.perf_counter()
+        try:
+            return self._target(*args, **kwargs)
+        finally:
+            self.calls.append((time.perf_counter() - t0, minor_faults() - f0))
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_target"], name)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def replay(self, fn: Callable) -> Callable:
+        """A no-argument callable running `fn` on this callable's last arguments, in its grad mode."""
+        import torch
+        args, kwargs, grad = self.last
+
+        def run():
+            with torch.set_grad_enabled(grad):
+                return fn(*args, **kwargs)
+        return run
+
+
+def callable_label(model: Any) -> str:
+    import torch
+    if isinstance(model, torch.nn.Module):
+        return type(model).__name__
+    code = getattr(model, "__code__", None)
+    name = getattr(model, "__qualname__", None) or type(model).__name__
+    if code is None:
+        return name
+    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+
+
+@contextlib.contextmanager
+def patched_compile(wrap: Callable):
+    """Within the block, `torch.compile(model, **kw)` returns `wrap(model, kw)` (decorator forms too)."""
+    import torch
+    original = torch.compile
+
+    def compile(model=None, **kwargs):
+        if model is None:
+            return lambda m: compile(m, **kwargs)
+        return wrap(model, kwargs)
+    torch.compile = compile
+    try:
+        yield original
+    finally:
+        torch.compile = original
+
+
+@dataclass
+class ScriptPass:
+    """One run of the script: wall time, how it ended, and the callables it compiled."""
+    mode: str
+    seconds: float = 0.0
+    exit_code: Optional[int] = None
+    error: Optional[BaseException] = None
+    callables: list = field(default_factory=list)
+
+
+def run_script(path: str, argv: list, mode: str, wrap_target: Callable) -> ScriptPass:
+    """Run `path` as `__main__` with `argv`; `wrap_target(model, kwargs, original_compile)` makes each target."""
+    result = ScriptPass(mode)
+
+    def wrap(model, kwargs):
+        timed_fn = TimedCallable(callable_label(model), model, wrap_target(model, kwargs, original))
+        result.callables.append(timed_fn)
+        return timed_fn
+
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    t0 = time.perf_counter()
+    try:
+        with patched_compile(wrap) as original:
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        result.exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:
+        result.error = e
+    finally:
+        result.seconds = time.perf_counter() - t0
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return result
+
+
+# ---------------------------------------------------------------- report
+
+@dataclass
+class CallableProfile:
+    """Timing of one compiled callable: eager vs compiled, per call (medians)."""
+    label: str
+    calls_in_script: int
+    first_call_s: float
+    eager_s: Optional[float]
+    compiled_s: Optional[float]
+    speedup: Optional[float]
+    minor_faults_per_call: Optional[float]
+
+    @property
+    def cold_compile_s(self) -> Optional[float]:
+        return None if self.compiled_s is None else max(0.0, self.first_call_s - self.compiled_s)
+
+
+@dataclass
+class ProfileReport:
+    script: str
+    backend: str
+    iterations: int
+    eager_script_s: float
+    compiled_script_s: float
+    callables: list
+    graphs: list                  # GraphCompile
+    stages: dict                  # stage -> seconds summed over graphs (tdbg debug.log)
+    fallbacks: list               # {"graph", "fx_node", "target"}
+    kernels: list                 # kernel names from the compiler's report
+    graph_breaks: dict            # reason -> count
+    recompiles: dict              # function -> guard failure reasons
+    profiler_rows: list           # compiled run, {"name", "calls", "self_cpu_us", "cpu_total_us", "self_cpu_pct"}
+    eager_profiler_rows: list
+    trace_path: Optional[str]
+    flags: list = field(default_factory=list)   # {"kind", "message"}
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["callables"] = [dict(dataclasses.asdict(c), cold_compile_s=c.cold_compile_s) for c in self.callables]
+        d["graphs"] = [dict(dataclasses.asdict(g), recompile=g.recompile) for g in self.graphs]
+        d["profiled_kernels"] = [r for r in self.profiler_rows if KERNEL_NAME.search(r["name"])]
+        return d
+
+
+class ScriptFailed(Exception):
+    """The script raised (or exited non-zero) in one pass; `error` is what it raised, if anything."""
+
+    def __init__(self, mode: str, run: ScriptPass):
+        self.mode, self.run, self.error = mode, run, run.error
+        what = f"raised {type(run.error).__name__}: {run.error}" if run.error else f"exited with code {run.exit_code}"
+        super().__init__(f"the script {what} in the {mode} run")
+
+
+def profile_script(script: str, argv: list = (), *, backend: str = "inductor", iterations: int = 20,
+                   trace_path: Optional[str] = None, config=None, profile_iterations: int = 5) -> ProfileReport:
+    """Profile `script` eager vs compiled through `backend`; see the module docstring.
+
+    Raises ValueError (unknown backend, no torch.compile call) or ScriptFailed.
+    """
+    import torch
+    import torch._dynamo
+    from tdbg.compiler import config as tdbg_config
+
+    work = tempfile.mkdtemp(prefix="tdbg-profile-")
+    cfg = (config or tdbg_config.current()).replace(
+        enable_kernel_profile=True, debug=True, debug_dir=os.path.join(work, "debug"),
+        report_path=os.path.join(work, "report.jsonl"))
+    compile_backend = resolve_backend(backend, cfg)
+    graphs: list = []
+
+    eager = run_script(script, list(argv), "eager", lambda model, kw, orig: model)
+    _check_pass(eager)
+    torch._dynamo.reset()
+    breaks_before = dict(torch._dynamo.utils.counters["graph_break"])
+    failures_before = {c: list(v) for c, v in torch._dynamo.guards.guard_failures.items()}
+
+    def compiled_target(model, kwargs, original_compile):
+        keep = {k: v for k, v in kwargs.items() if k not in INDUCTOR_ONLY_KWARGS + ("backend",)}
+        return original_compile(model, backend=timed_backend(compile_backend, graphs), **keep)
+
+    with tdbg_config.use(cfg):
+        compiled = run_script(script, list(argv), "compiled", compiled_target)
+        _check_pass(compiled)
+        if not compiled.callables:
+            raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
+        timings = [_time_callable(c, iterations) for c in compiled.callables]
+        rows, eager_rows = _profiler_tables(compiled.callables, profile_iterations, trace_path)
+
+    report = ProfileReport(
+        script=script, backend=backend, iterations=iterations,
+        eager_script_s=eager.seconds, compiled_script_s=compiled.seconds, callables=timings,
+        graphs=graphs, stages=_stage_times(cfg.debug_dir), fallbacks=_fallbacks(cfg.report_path),
+        kernels=_kernels(cfg.report_path),
+        graph_breaks=_counter_delta(torch._dynamo.utils.counters["graph_break"], breaks_before),
+        recompiles=_recompile_reasons(torch._dynamo.guards.guard_failures, failures_before),
+        profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path)
+    report.flags = lost_speed_flags(report)
+    return report
+
+
+def _check_pass(run: ScriptPass) -> None:
+    if run.error is not None or run.exit_code not in (None, 0):
+        raise ScriptFailed(run.mode, run)
+
+
+def _time_callable(c: TimedCallable, iterations: int) -> CallableProfile:
+    first = c.calls[0][0] if c.calls else 0.0
+    if c.last is None:
+        return CallableProfile(c._label, len(c.calls), first, None, None, None, None)
+    samples = alternate({"eager": c.replay(c._original), "compiled": c.replay(c._target)}, iterations)
+    eager_s, compiled_s = median(samples["eager"]["seconds"]), median(samples["compiled"]["seconds"])
+    return CallableProfile(c._label, len(c.calls), first, eager_s, compiled_s,
+                           eager_s / compiled_s if compiled_s else None,
+                           median(samples["compiled"]["faults"]))
+
+
+def _profiler_tables(callables: list, n: int, trace_path: Optional[str]) -> tuple:
+    """Profiler rows of the compiled callables (Chrome trace written to trace_path) and of eager."""
+    tables = []
+    for which in ("_target", "_original"):
+        prof = _profile([c.replay(getattr(c, which)) for c in callables if c.last is not None], n)
+        if which == "_target" and trace_path:
+            prof.export_chrome_trace(trace_path)
+        tables.append(_rows(prof))
+    return tuple(tables)
+
+
+def _profile(runs: list, n: int):
+    from torch.profiler import ProfilerActivity, profile
+    with _quiet_stderr_fd():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(n):
+                for run in runs:
+                    run()
+    return prof
+
+
+@contextlib.contextmanager
+def _quiet_stderr_fd():
+    """Kineto writes profiler_start/stop lines straight to file descriptor 2; drop them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _rows(prof) -> list:
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    rows = [{"name": e.key, "calls": e.count, "self_cpu_us": e.self_cpu_time_total,
+             "cpu_total_us": e.cpu_time_total, "self_cpu_pct": 100.0 * e.self_cpu_time_total / total}
+            for e in events]
+    return sorted(rows, key=lambda r: -r["self_cpu_us"])
+
+
+def _stage_times(debug_dir: str) -> dict:
+    """Stage -> seconds, summed over every debug.log the compiler wrote under debug_dir."""
+    stages: dict = {}
+    for log in sorted(glob.glob(os.path.join(debug_dir, "**", "debug.log"), recursive=True)):
+        with open(log) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2:
+                    try:
+                        stages[parts[0]] = stages.get(parts[0], 0.0) + float(parts[1])
+                    except ValueError:
+                        continue
+    return stages
+
+
+def _report_lines(path: Optional[str]) -> list:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _fallbacks(path: Optional[str]) -> list:
+    return [{"graph": g.get("graph"), **fb} for g in _report_lines(path) for fb in g.get("fallbacks", [])]
+
+
+def _kernels(path: Optional[str]) -> list:
+    return [k["name"] for g in _report_lines(path) for k in g.get("kernels", [])]
+
+
+def _counter_delta(now: dict, before: dict) -> dict:
+    delta = {k: v - before.get(k, 0) for k, v in now.items()}
+    return {k.strip().splitlines()[0]: v for k, v in delta.items() if v > 0}
+
+
+def _recompile_reasons(now: dict, before: dict) -> dict:
+    found = {}
+    for code, reasons in now.items():
+        new = list(reasons)[len(before.get(code, [])):]
+        if new:
+            found[f"{code.co_name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"] = new
+    return found
+
+
+# ---------------------------------------------------------------- lost-speed flags
+
+PAGE_BYTES = resource.getpagesize()
+FAULT_FLAG_BYTES = 1 << 20   # flag when a compiled call first-touches at least this much memory
+
+
+def _flag_graph_breaks(r: ProfileReport) -> list:
+    n = sum(r.graph_breaks.values())
+    return [{"kind": "graph_breaks",
+             "message": f"{n} graph break(s): " + "; ".join(r.graph_breaks)}] if n else []
+
+
+def _flag_recompiles(r: ProfileReport) -> list:
+    return [{"kind": "recompiles", "message": f"{fn} recompiled {len(reasons)} time(s): {reasons[0].strip()}"}
+            for fn, reasons in r.recompiles.items()]
+
+
+def _flag_fallbacks(r: ProfileReport) -> list:
+    targets = sorted({fb.get("target", "?") for fb in r.fallbacks})
+    return [{"kind": "fallbacks", "message": f"{len(r.fallbacks)} op(s) ran through aten instead of "
+             f"generated kernels: {', '.join(targets)}"}] if targets else []
+
+
+def _flag_page_faults(r: ProfileReport) -> list:
+    flags = []
+    for c in r.callables:
+        faults = c.minor_faults_per_call or 0
+        if faults * PAGE_BYTES >= FAULT_FLAG_BYTES:
+            flags.append({"kind": "page_faults", "message": (
+                f"{c.label}: {faults:.0f} minor page faults per call ({faults * PAGE_BYTES / 2**20:.1f} MiB "
+                "first touched each call): outputs or temporaries are freshly allocated memory")})
+    return flags
+
+
+def _flag_slower(r: ProfileReport) -> list:
+    return [{"kind": "slower", "message": f"{c.label}: compiled is {1 / c.speedup:.2f}x slower than eager"}
+            for c in r.callables if c.speedup is not None and c.speedup < 1.0]
+
+
+LOST_SPEED_CHECKS = (_flag_graph_breaks, _flag_recompiles, _flag_fallbacks, _flag_page_faults, _flag_slower)
+
+
+def lost_speed_flags(report: ProfileReport) -> list:
+    """Every visible cause of lost speed, as {"kind", "message"} rows (one check per table entry)."""
+    return [flag for check in LOST_SPEED_CHECKS for flag in check(report)]

@@ -1,0 +1,68 @@
+"""The benchmark harness: a wrong backend is reported as a mismatch (never timed), a failing one
+as failed, and correct ones get times, ratios and bandwidth figures."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WRONG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrong_backend.py") + ":wrong"
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("tdbg_bench_harness", os.path.join(ROOT, "benchmarks", "harness.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    payload = _harness().main(["--quick", "--only", "softmax", "--only", "foo1_uint8",
+                               "--backends", f"eager,torch:eager,{WRONG},torch:no_such_backend",
+                               "--json", str(path)])
+    return payload, json.loads(path.read_text())
+
+
+def _cells(doc):
+    return {(c["workload"], os.path.basename(c["backend"])): c for c in doc["cells"]}
+
+
+def test_wrong_backend_is_a_mismatch_not_a_speed(result):
+    cells = _cells(result[1])
+    for workload in ("softmax", "foo1_uint8"):
+        cell = cells[(workload, "wrong_backend.py:wrong")]
+        assert cell["status"] == "mismatch"
+        assert cell["median_s"] is None and cell["runs_s"] == [] and cell["speedup_vs_eager"] is None
+        assert cell["mismatches"][0]["output"] == "out"
+    assert cells[("softmax", "wrong_backend.py:wrong")]["mismatches"][0]["max_abs_error"] == pytest.approx(1.0)
+
+
+def test_failing_backend_is_reported_and_harness_keeps_going(result):
+    cells = _cells(result[1])
+    for workload in ("softmax", "foo1_uint8"):
+        cell = cells[(workload, "torch:no_such_backend")]
+        assert cell["status"] == "failed"
+        assert "no_such_backend" in cell["error"]
+        assert cells[(workload, "torch:eager")]["status"] == "ok"
+
+
+def test_correct_backends_get_figures(result):
+    doc = result[1]
+    assert doc["schema"] == "tdbg.benchmark" and doc["version"] == 1
+    assert [c["workload"] for c in doc["cells"]] == ["softmax"] * 4 + ["foo1_uint8"] * 4
+    cells = _cells(doc)
+    eager, dynamo = cells[("softmax", "eager")], cells[("softmax", "torch:eager")]
+    assert len(eager["runs_s"]) == len(dynamo["runs_s"]) == 3
+    assert eager["speedup_vs_eager"] == 1.0 and eager["compile_s"] == 0.0
+    assert dynamo["speedup_vs_eager"] == pytest.approx(eager["median_s"] / dynamo["median_s"])
+    # softmax reads 64x1024 fp32 and writes as much: bandwidth is bytes over the median time
+    assert dynamo["gbps"] == pytest.approx(2 * 64 * 1024 * 4 / dynamo["median_s"] / 1e9)
+    assert dynamo["bandwidth_fraction"] == pytest.approx(dynamo["gbps"] / doc["bandwidth"]["gbps"])
+    assert doc["bandwidth"]["elements"] == 1 << 20 and doc["settings"]["threads"] == 2
+    assert [s["backend"] for s in doc["startup"]] == ["torch:eager", WRONG, "torch:no_such_backend"]
+    assert "error" in doc["startup"][2] and "startup_s" in doc["startup"][0]

@@ -1,0 +1,78 @@
+"""`tdbg profile`: timing table, profiler table with tdbg's kernels, JSON fields, lost-speed flags."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from tdbg.cli.console import exit_code
+from tdbg.cli.main import cli
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+
+
+def _profile(tmp_path, script, *options):
+    trace, out = tmp_path / "trace.json", tmp_path / "profile.json"
+    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, script), "--iterations", "3",
+                                      "--trace", str(trace), "--json", str(out), *options])
+    doc = json.loads(out.read_text()) if out.exists() else None
+    return result, doc, trace
+
+
+def test_graph_breaks_and_recompiles_are_flagged(tmp_path):
+    result, doc, trace = _profile(tmp_path, "break_recompile.py", "--backend", "torch:eager")
+    assert result.exit_code == 0, result.output
+    assert doc["schema"] == "tdbg.profile" and doc["backend"] == "torch:eager"
+    [step] = doc["callables"]
+    assert step["label"] == "step (break_recompile.py:5)" and step["calls_in_script"] == 2
+    assert step["speedup"] == pytest.approx(step["eager_s"] / step["compiled_s"])
+    assert list(doc["graph_breaks"]) == ["Failed to trace builtin operator"]
+    # the function and the resume function after the break both recompile for float64
+    assert doc["recompiles"] == {
+        "step (break_recompile.py:5)": ["0/0: tensor 'x' dtype mismatch. expected Float, actual Double"],
+        "torch_dynamo_resume_in_step_at_8 (break_recompile.py:8)": [
+            "1/0: tensor 'y' dtype mismatch. expected Float, actual Double"]}
+    # two graphs around the print, each compiled again for float64
+    assert [g["compile_id"] for g in doc["graphs"]] == ["0/0", "1/0", "0/1", "1/1"]
+    assert [g["recompile"] for g in doc["graphs"]] == [False, False, True, True]
+    kinds = [f["kind"] for f in doc["flags"]]
+    assert "graph_breaks" in kinds and "recompiles" in kinds
+    assert "2 graph break(s): Failed to trace builtin operator" in result.output
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("args, message, code", [
+    (["missing.py"], "does not exist", "bad_input"),
+    ([os.path.join(SCRIPTS, "small_add.py"), "--backend", "nope"], "unknown backend 'nope'", "bad_input"),
+])
+def test_bad_input(args, message, code):
+    result = CliRunner().invoke(cli, ["profile", *args])
+    assert result.exit_code == exit_code(code)
+    assert message in result.output
+
+
+def test_script_without_compile(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    result = CliRunner().invoke(cli, ["profile", str(script), "--backend", "torch:eager",
+                                      "--trace", str(tmp_path / "t.json")])
+    assert result.exit_code == exit_code("bad_input")
+    assert "never calls torch.compile" in result.output
+
+
+def test_existing_trace_is_not_overwritten(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text("mine")
+    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, "small_add.py"), "--trace", str(trace)])
+    assert result.exit_code == exit_code("usage") and "--force" in result.output
+    assert trace.read_text() == "mine"
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from click.testing import CliRunner; from tdbg.cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['profile', '--help']); "
+            "assert r.exit_code == 0 and '--iterations' in r.output, r.output; "
+            "assert 'torch' not in sys.modules; print('ok')")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "ok\n"
