@@ -6,7 +6,8 @@ import time
 
 import click
 
-from tdbg.cli.console import EXIT_CODES, err, exit_codes_help, fail, out, render_evidence, write_json
+from tdbg.cli.common import base_config, check_backend, json_option, require_script, script_arguments
+from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, render_evidence, write_json
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
@@ -15,15 +16,14 @@ EAGER_PROFILER_ROWS = 8
 
 
 @click.command(epilog=exit_codes_help(), context_settings={"max_content_width": 100})
-@click.argument("script", type=click.Path(dir_okay=False))
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@script_arguments
 @click.option("--backend", default="inductor", show_default=True,
-              help="eager, aot_eager, inductor (tdbg's compiler) or torch:NAME.")
+              help="eager, aot_eager, inductor (tdbg's compiler), torch:NAME, module:function or file.py:function.")
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
               help="Timed calls of each compiled callable (and of its eager original), alternating.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Chrome trace file to write (default: <script>.trace.json in the current directory).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON ('-' = stdout).")
+@json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
 def profile(script, args, backend, iterations, trace_path, json_path, force):
     """Time SCRIPT eager and compiled, and show where the compiled time goes.
@@ -33,15 +33,17 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
     eager original, and profiled with torch.profiler (tdbg's kernels appear by name). Flags graph
     breaks, recompiles, ops that fell back to aten and allocation page faults.
     """
-    if not os.path.isfile(script):
-        fail(f"{script} does not exist or is not a file; give the path of a Python script that calls torch.compile.")
+    require_script(script)
+    check_backend(backend)
     trace_path = trace_path or f"{os.path.splitext(os.path.basename(script))[0]}.trace.json"
     if os.path.exists(trace_path) and not force:
         fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
+    config = base_config()
     from tdbg.minifier.profiling import ScriptFailed, profile_script
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     try:
-        report = profile_script(script, list(args), backend=backend, iterations=iterations, trace_path=trace_path)
+        report = profile_script(script, list(args), backend=backend, iterations=iterations,
+                                trace_path=trace_path, config=config)
     except ValueError as e:
         fail(str(e), "bad_input")
     except ScriptFailed as e:
@@ -51,19 +53,14 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
 
 
 def _script_failed(e) -> None:
-    error = getattr(e.error, "inner_exception", None) or e.error
-    if error is None:
-        err().print(f"[bold red]error:[/] {e}")
-        raise SystemExit(e.run.exit_code)
-    stage = getattr(error, "stage", None)
-    if stage is None and type(error).__module__.startswith("torch._dynamo"):
-        stage = "dynamo"
-    if stage not in EXIT_CODES:
-        err().print(f"[bold red]error:[/] {e}")
-        raise SystemExit(1)
-    evidence = error.evidence() if hasattr(error, "evidence") else {"stage": stage, "message": str(error)}
-    render_evidence(evidence, f"the {e.mode} run of the script failed in stage {stage}")
-    raise SystemExit(EXIT_CODES[stage][0])
+    """The script's own failure keeps its exit code; a compile/runtime failure gets its stage's code."""
+    from tdbg.cli.common import stage_exit_code
+    if e.info is None:
+        err().print(f"[bold red]error:[/] the script exited with code {e.exit_code} in the {e.mode} run")
+        raise SystemExit(e.exit_code)
+    render_evidence(dict(e.info.get("evidence") or {}, **{k: v for k, v in e.info.items() if v}),
+                    f"the {e.mode} run of the script failed: stage {e.info['stage']}")
+    raise SystemExit(stage_exit_code({"status": "failed", "stage": e.info["stage"], "exit_code": 1}))
 
 
 def _ms(seconds) -> str:
@@ -101,11 +98,11 @@ def _render_compile(report) -> None:
     from rich.table import Table
     c = out()
     t = Table(title="compiled graphs (backend compile time per graph)")
-    for col in ("compile id", "ops", "backend s", "note"):
+    for col in ("compile id", "frame", "ops", "backend s", "note"):
         t.add_column(col, justify="right" if col in ("ops", "backend s") else "left")
     for g in report.graphs:
         note = "recompile" if g.recompile else ""
-        t.add_row(g.compile_id, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
+        t.add_row(g.compile_id, g.frame, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
     _table(t)
     if report.stages:
         c.print("compile stages (summed over graphs): " + ", ".join(

@@ -1,12 +1,16 @@
 """Measuring compiled programs: timing helpers shared with benchmarks/, and `profile_script`.
 
-`profile_script` runs a user script twice in this process, as `__main__` with its own argv:
-once with every `torch.compile(...)` returning the original callable (eager) and once with it
-compiling through the chosen backend. Both passes wrap what `torch.compile` returns in a
-`TimedCallable`, so every call is timed. Afterwards each compiled callable is re-run
+`profile_script` runs a user script twice in this process, as `__main__` with its own argv,
+under an `instrument.Session` (the same recorder `tdbg run` uses): once with every
+`torch.compile(...)` returning the original callable (eager) and once with it compiling through
+the chosen backend (`backends.resolve`, as for `tdbg run`). Both passes wrap what
+`torch.compile` returns in a `TimedCallable`, so every call is timed. Afterwards each compiled callable is re-run
 `iterations` times with the arguments of its last call in the script, alternating with the
 original (eager) callable, and once more under `torch.profiler`; the result is a
-`ProfileReport` (plain data, `to_dict()` is the `--json` payload). Nothing here prints.
+`ProfileReport` (plain data, `to_dict()` is the `--json` payload): per-callable times and
+speedups, per-graph backend compile times, tdbg's per-stage compile times (its debug.log), the
+compiler's kernels and aten fallbacks (its report_path lines), graph breaks and recompiles
+(`explain.build_report`), profiler tables and the lost-speed flags. Nothing here prints.
 """
 from __future__ import annotations
 
@@ -27,8 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 KERNEL_NAME = re.compile(r"cpp_fused")
-# torch.compile keyword arguments that only mean something to torch's Inductor
-INDUCTOR_ONLY_KWARGS = ("mode", "options")
 
 
 # ---------------------------------------------------------------- timing helpers
@@ -65,36 +67,16 @@ def alternate(callables: dict, repeat: int, number: int = 1) -> dict:
     return samples
 
 
-# ---------------------------------------------------------------- backends
-
-def resolve_backend(spec: str, config=None) -> Callable:
-    """A Dynamo backend callable for a `--backend` spec (`eager`, `aot_eager`, `inductor`, `torch:NAME`).
-
-    `inductor` is tdbg's own compiler. Raises ValueError naming the choices for an unknown spec.
-    """
-    import torch._dynamo
-    if spec == "inductor":
-        try:
-            from tdbg.compiler import make_backend
-        except ImportError as e:
-            raise ValueError(f"backend 'inductor' (tdbg's compiler) is not available: {e}") from None
-        return make_backend(config)
-    name = spec[len("torch:"):] if spec.startswith("torch:") else spec
-    if spec not in ("eager", "aot_eager") and not spec.startswith("torch:"):
-        raise ValueError(f"unknown backend {spec!r}; choices: eager, aot_eager, inductor, torch:NAME")
-    if name not in torch._dynamo.list_backends(exclude_tags=()):
-        raise ValueError(f"torch has no Dynamo backend {name!r}; registered: "
-                         + ", ".join(torch._dynamo.list_backends(exclude_tags=())))
-    return torch._dynamo.lookup_backend(name)
-
+# ---------------------------------------------------------------- compile records
 
 @dataclass
 class GraphCompile:
-    """One graph handed to the backend: Dynamo's compile id, size and backend time."""
+    """One graph handed to the backend: Dynamo's compile id, size, backend time, and its frame."""
     compile_id: str
     ops: int
     seconds: float
     error: Optional[str] = None
+    frame: str = ""
 
     @property
     def recompile(self) -> bool:
@@ -170,47 +152,45 @@ def callable_label(model: Any) -> str:
 
 
 @contextlib.contextmanager
-def patched_compile(wrap: Callable):
-    """Within the block, `torch.compile(model, **kw)` returns `wrap(model, kw)` (decorator forms too)."""
+def timed_compile(session, passes: list):
+    """Within `session.install()`, every `torch.compile` result is a TimedCallable, appended to `passes`."""
     import torch
-    original = torch.compile
+    with session.install():
+        inner = torch.compile
 
-    def compile(model=None, **kwargs):
-        if model is None:
-            return lambda m: compile(m, **kwargs)
-        return wrap(model, kwargs)
-    torch.compile = compile
-    try:
-        yield original
-    finally:
-        torch.compile = original
+        def compile(model=None, **kwargs):
+            if model is None:
+                return lambda m: compile(m, **kwargs)
+            timed_fn = TimedCallable(callable_label(model), model, inner(model, **kwargs))
+            passes.append(timed_fn)
+            return timed_fn
+        torch.compile = compile
+        try:
+            yield
+        finally:
+            torch.compile = inner
 
 
 @dataclass
 class ScriptPass:
-    """One run of the script: wall time, how it ended, and the callables it compiled."""
+    """One run of the script: wall time, how it ended, the callables it compiled, the session."""
     mode: str
+    session: Any = None
     seconds: float = 0.0
-    exit_code: Optional[int] = None
+    exit_code: int = 0
     error: Optional[BaseException] = None
     callables: list = field(default_factory=list)
 
 
-def run_script(path: str, argv: list, mode: str, wrap_target: Callable) -> ScriptPass:
-    """Run `path` as `__main__` with `argv`; `wrap_target(model, kwargs, original_compile)` makes each target."""
-    result = ScriptPass(mode)
-
-    def wrap(model, kwargs):
-        timed_fn = TimedCallable(callable_label(model), model, wrap_target(model, kwargs, original))
-        result.callables.append(timed_fn)
-        return timed_fn
-
+def run_script(path: str, argv: list, mode: str, session) -> ScriptPass:
+    """Run `path` as `__main__` with `argv`, compiling through `session` (an instrument.Session)."""
+    result = ScriptPass(mode, session)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     t0 = time.perf_counter()
     try:
-        with patched_compile(wrap) as original:
+        with timed_compile(session, result.callables):
             runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         result.exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -252,8 +232,7 @@ class ProfileReport:
     stages: dict                  # stage -> seconds summed over graphs (tdbg debug.log)
     fallbacks: list               # {"graph", "fx_node", "target"}
     kernels: list                 # kernel names from the compiler's report
-    graph_breaks: dict            # reason -> count
-    recompiles: dict              # function -> guard failure reasons
+    explain: dict                 # minifier.explain.build_report: graph breaks and recompiles per function
     profiler_rows: list           # compiled run, {"name", "calls", "self_cpu_us", "cpu_total_us", "self_cpu_pct"}
     eager_profiler_rows: list
     trace_path: Optional[str]
@@ -268,64 +247,65 @@ class ProfileReport:
 
 
 class ScriptFailed(Exception):
-    """The script raised (or exited non-zero) in one pass; `error` is what it raised, if anything."""
+    """A pass of the script failed. `info` is runner.describe's dict (stage, message, source, ...);
+    `exit_code` is the script's own code when it exited non-zero without raising."""
 
-    def __init__(self, mode: str, run: ScriptPass):
-        self.mode, self.run, self.error = mode, run, run.error
-        what = f"raised {type(run.error).__name__}: {run.error}" if run.error else f"exited with code {run.exit_code}"
-        super().__init__(f"the script {what} in the {mode} run")
+    def __init__(self, run: ScriptPass, script: str):
+        from tdbg.minifier.runner import describe
+        self.mode, self.exit_code = run.mode, run.exit_code
+        self.info = describe(run.error, run.session, script) if run.error is not None else None
+        what = self.info["message"] if self.info else f"the script exited with code {run.exit_code}"
+        super().__init__(f"{what} (in the {run.mode} run)")
 
 
 def profile_script(script: str, argv: list = (), *, backend: str = "inductor", iterations: int = 20,
                    trace_path: Optional[str] = None, config=None, profile_iterations: int = 5) -> ProfileReport:
     """Profile `script` eager vs compiled through `backend`; see the module docstring.
 
-    Raises ValueError (unknown backend, no torch.compile call) or ScriptFailed.
+    Raises BackendError (a ValueError), ValueError when the script never calls torch.compile,
+    or ScriptFailed.
     """
-    import torch
     import torch._dynamo
     from tdbg.compiler import config as tdbg_config
+    from tdbg.minifier.backends import resolve
+    from tdbg.minifier.explain import build_report
+    from tdbg.minifier.instrument import Session
 
     work = tempfile.mkdtemp(prefix="tdbg-profile-")
     cfg = (config or tdbg_config.current()).replace(
         enable_kernel_profile=True, debug=True, debug_dir=os.path.join(work, "debug"),
         report_path=os.path.join(work, "report.jsonl"))
-    compile_backend = resolve_backend(backend, cfg)
-    graphs: list = []
-
-    eager = run_script(script, list(argv), "eager", lambda model, kw, orig: model)
-    _check_pass(eager)
+    resolved = resolve(backend, cfg, script=script)
+    eager = run_script(script, list(argv), "eager", Session(None))
+    _check_pass(eager, script)
     torch._dynamo.reset()
-    breaks_before = dict(torch._dynamo.utils.counters["graph_break"])
-    failures_before = {c: list(v) for c, v in torch._dynamo.guards.guard_failures.items()}
-
-    def compiled_target(model, kwargs, original_compile):
-        keep = {k: v for k, v in kwargs.items() if k not in INDUCTOR_ONLY_KWARGS + ("backend",)}
-        return original_compile(model, backend=timed_backend(compile_backend, graphs), **keep)
-
+    graphs: list = []
+    session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind)
     with tdbg_config.use(cfg):
-        compiled = run_script(script, list(argv), "compiled", compiled_target)
-        _check_pass(compiled)
+        compiled = run_script(script, list(argv), "compiled", session)
+        _check_pass(compiled, script)
         if not compiled.callables:
             raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
-        timings = [_time_callable(c, iterations) for c in compiled.callables]
-        rows, eager_rows = _profiler_tables(compiled.callables, profile_iterations, trace_path)
-
+        # the replays repeat the script's calls; whatever they print was already shown once
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            timings = [_time_callable(c, iterations) for c in compiled.callables]
+            rows, eager_rows = _profiler_tables(compiled.callables, profile_iterations, trace_path)
+    for g, info in zip(graphs, session.graphs):
+        g.frame = info["frame"]
+    explained = build_report({"graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards})
     report = ProfileReport(
         script=script, backend=backend, iterations=iterations,
         eager_script_s=eager.seconds, compiled_script_s=compiled.seconds, callables=timings,
         graphs=graphs, stages=_stage_times(cfg.debug_dir), fallbacks=_fallbacks(cfg.report_path),
-        kernels=_kernels(cfg.report_path),
-        graph_breaks=_counter_delta(torch._dynamo.utils.counters["graph_break"], breaks_before),
-        recompiles=_recompile_reasons(torch._dynamo.guards.guard_failures, failures_before),
+        kernels=_kernels(cfg.report_path), explain=explained,
         profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path)
     report.flags = lost_speed_flags(report)
     return report
 
 
-def _check_pass(run: ScriptPass) -> None:
-    if run.error is not None or run.exit_code not in (None, 0):
-        raise ScriptFailed(run.mode, run)
+def _check_pass(run: ScriptPass, script: str) -> None:
+    if run.error is not None or run.exit_code != 0:
+        raise ScriptFailed(run, script)
 
 
 def _time_callable(c: TimedCallable, iterations: int) -> CallableProfile:
@@ -414,20 +394,6 @@ def _kernels(path: Optional[str]) -> list:
     return [k["name"] for g in _report_lines(path) for k in g.get("kernels", [])]
 
 
-def _counter_delta(now: dict, before: dict) -> dict:
-    delta = {k: v - before.get(k, 0) for k, v in now.items()}
-    return {k.strip().splitlines()[0]: v for k, v in delta.items() if v > 0}
-
-
-def _recompile_reasons(now: dict, before: dict) -> dict:
-    found = {}
-    for code, reasons in now.items():
-        new = list(reasons)[len(before.get(code, [])):]
-        if new:
-            found[f"{code.co_name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"] = new
-    return found
-
-
 # ---------------------------------------------------------------- lost-speed flags
 
 PAGE_BYTES = resource.getpagesize()
@@ -435,14 +401,14 @@ FAULT_FLAG_BYTES = 1 << 20   # flag when a compiled call first-touches at least 
 
 
 def _flag_graph_breaks(r: ProfileReport) -> list:
-    n = sum(r.graph_breaks.values())
-    return [{"kind": "graph_breaks",
-             "message": f"{n} graph break(s): " + "; ".join(r.graph_breaks)}] if n else []
+    return [{"kind": "graph_breaks", "message": f"{fn['function']}: graph break at {b['line']}: {b['reason']}"}
+            for fn in r.explain["functions"] for b in fn["breaks"]]
 
 
 def _flag_recompiles(r: ProfileReport) -> list:
-    return [{"kind": "recompiles", "message": f"{fn} recompiled {len(reasons)} time(s): {reasons[0].strip()}"}
-            for fn, reasons in r.recompiles.items()]
+    return [{"kind": "recompiles", "message": f"{fn['function']}: {rc['frame']} recompiled because "
+             f"{rc['changed']}" + (f"; {rc['suggestion']}" if rc["suggestion"] else "")}
+            for fn in r.explain["functions"] for rc in fn["recompiles"]]
 
 
 def _flag_fallbacks(r: ProfileReport) -> list:

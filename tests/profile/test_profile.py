@@ -28,18 +28,21 @@ def test_graph_breaks_and_recompiles_are_flagged(tmp_path):
     [step] = doc["callables"]
     assert step["label"] == "step (break_recompile.py:5)" and step["calls_in_script"] == 2
     assert step["speedup"] == pytest.approx(step["eager_s"] / step["compiled_s"])
-    assert list(doc["graph_breaks"]) == ["Failed to trace builtin operator"]
+    [fn] = doc["explain"]["functions"]
+    [brk] = fn["breaks"]
+    assert brk["line"].endswith("break_recompile.py:8  print(\"between graphs\")")
+    assert brk["reason"] == "call to print(): Dynamo cannot put Python I/O in a graph"
     # the function and the resume function after the break both recompile for float64
-    assert doc["recompiles"] == {
-        "step (break_recompile.py:5)": ["0/0: tensor 'x' dtype mismatch. expected Float, actual Double"],
-        "torch_dynamo_resume_in_step_at_8 (break_recompile.py:8)": [
-            "1/0: tensor 'y' dtype mismatch. expected Float, actual Double"]}
-    # two graphs around the print, each compiled again for float64
-    assert [g["compile_id"] for g in doc["graphs"]] == ["0/0", "1/0", "0/1", "1/1"]
-    assert [g["recompile"] for g in doc["graphs"]] == [False, False, True, True]
-    kinds = [f["kind"] for f in doc["flags"]]
-    assert "graph_breaks" in kinds and "recompiles" in kinds
-    assert "2 graph break(s): Failed to trace builtin operator" in result.output
+    assert [(r["frame"], r["changed"]) for r in fn["recompiles"]] == [
+        ("step", "argument `x` changed dtype: Float -> Double"),
+        ("torch_dynamo_resume_in_step_at_8", "argument `y` changed dtype: Float -> Double")]
+    assert [(g["compile_id"], g["frame"], g["recompile"]) for g in doc["graphs"]] == [
+        ("0/0", "step", False), ("1/0", "torch_dynamo_resume_in_step_at_8", False),
+        ("0/1", "step", True), ("1/1", "torch_dynamo_resume_in_step_at_8", True)]
+    assert [f["kind"] for f in doc["flags"]][:3] == ["graph_breaks", "recompiles", "recompiles"]
+    assert "recompiled because argument `x` changed dtype: Float -> Double" in result.output
+    # the script printed once per pass; the timing replays print nothing
+    assert result.output.count("between graphs\n") == 4
     assert json.loads(trace.read_text())["traceEvents"]
 
 
