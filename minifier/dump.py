@@ -1,0 +1,239 @@
+"""Dump repro files while a program runs: `wrap_backend` (what `tdbg run --repro-after/--repro-level`
+and `tdbg minify SCRIPT` install).
+
+Levels, as PyTorch users know them:
+  1  write repro.py when a graph fails to compile or run
+  2  also write minifier_launcher.py (the file `tdbg minify` takes)
+  3  before compiling each graph, write graph_<k>/minifier_launcher.py (random inputs shaped
+     like the real ones after AOT, where only fake tensors exist; rewritten with the real inputs
+     on the first call): what survives a segfault
+  4  check each compiled graph's first call against eager (float64 reference, per-dtype
+     tolerances); on a mismatch write both files and raise AccuracyError
+
+The original failure is always re-raised after dumping, with `tdbg_repro_dir` set on it (or
+`tdbg_repro_error` if the dump itself failed). Dumping happens in the failing process; nothing
+is printed.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from typing import Any, Optional
+
+from tdbg.compiler.errors import TdbgError
+from tdbg.minifier.repro import LAUNCHER, REPRO, Dump, write
+
+LEVELS = {1: (REPRO,), 2: (REPRO, LAUNCHER), 3: (REPRO, LAUNCHER), 4: (REPRO, LAUNCHER)}
+
+
+class AccuracyError(TdbgError):
+    """A compiled graph's results differ from eager (level 4)."""
+    stage = "accuracy"
+
+    def __init__(self, graph: str, mismatches: list):
+        self.graph, self.mismatches = graph, list(mismatches)
+        lines = "\n".join(f"  {m.output}: {m.message}" for m in self.mismatches)
+        super().__init__(f"compiled graph {graph} differs from eager:\n{lines}")
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": str(self), "graph": self.graph,
+                "mismatches": [m.to_dict() for m in self.mismatches]}
+
+
+# backend factory (module, qualname prefix) -> the tdbg backend name a repro file uses
+KNOWN_BACKENDS = (("tdbg.compiler", "", "inductor"), ("tdbg.minifier.backends", "_eager.", "eager"),
+                  ("tdbg.minifier.backends", "_aot_eager.", "aot_eager"),
+                  ("tdbg.minifier.backends", "_inductor.", "inductor"))
+
+
+def backend_name(backend: Any) -> Optional[str]:
+    """The tdbg name of a resolved backend, when it is one of tdbg's own."""
+    if getattr(backend, "name", None) and hasattr(backend, "compiler_fn"):
+        return backend.name
+    module, qual = getattr(backend, "__module__", "") or "", getattr(backend, "__qualname__", "")
+    for mod, prefix, name in KNOWN_BACKENDS:
+        if module.startswith(mod) and qual.startswith(prefix):
+            return name
+    return None
+
+
+def _user_backend(backend: Any) -> Any:
+    """A backend looked up lazily in the running script (backends._late_lookup): the function."""
+    if "_late_lookup" in getattr(backend, "__qualname__", ""):
+        found = getattr(sys.modules.get("__main__"), backend.__name__, None)
+        if callable(found):
+            return found
+    return backend
+
+
+def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
+    """A Dynamo backend that behaves like `backend` and dumps repro files per `level` into out_dir.
+
+    after="dynamo" wraps `backend` itself (any backend); after="aot" wraps tdbg's aten-level
+    compile (`tdbg.compiler.make_backend(config, inner_compile=...)`).
+    """
+    if after not in ("dynamo", "aot") or level not in LEVELS:
+        raise ValueError(f"repro after must be dynamo|aot and level 1..4, got {after!r}, {level!r}")
+    from tdbg.minifier.repro import new_run_dir
+    dumper = _Dumper(after, level, out_dir or new_run_dir(), config, backend)
+    if after == "dynamo":
+        return dumper.dynamo_backend
+    from tdbg.compiler import make_backend
+    return make_backend(config, inner_compile=dumper.inner_compile)
+
+
+class _Dumper:
+    def __init__(self, after, level, out_dir, config, backend):
+        self.after, self.level, self.out_dir, self.config = after, level, out_dir, config
+        self.backend = backend
+        self.counter = itertools.count()
+
+    # ------------------------------------------------------------ the two hooks
+    def dynamo_backend(self, gm, example_inputs):
+        k = next(self.counter)
+        snap = _snapshot(gm)
+        if self.level >= 3:
+            self._dump(snap, example_inputs, (LAUNCHER,), None, f"graph_{k}")
+        fn = getattr(self.backend, "compiler_fn", self.backend)
+        try:
+            compiled = fn(gm, example_inputs)
+        except Exception as e:
+            raise self._failed(e, "compile_error", snap, example_inputs)
+        return _Checked(compiled, snap, self, f"graph_{k}")
+
+    def inner_compile(self, gm, example_inputs, config, *, graph_name, kind):
+        from tdbg.compiler import compile_aten
+        k = next(self.counter)
+        snap = _snapshot(gm)
+        if self.level >= 3:
+            self._dump(snap, example_inputs, (LAUNCHER,), None, f"graph_{k}")
+        try:
+            compiled = compile_aten(gm, example_inputs, config, graph_name=graph_name, kind=kind)
+        except Exception as e:
+            raise self._failed(e, "compile_error", snap, example_inputs)
+        return _Checked(compiled, snap, self, f"graph_{k}")
+
+    # ------------------------------------------------------------ dumping
+    def spec(self) -> dict:
+        from tdbg.minifier.oracle import backend_spec, config_fields
+        spec = {"after": self.after, "config": config_fields(self.config),
+                "check_accuracy": self.level == 4, "tolerance": None, "ignore_non_fp": False,
+                "backend": None}
+        if self.after == "dynamo":
+            name = backend_name(self.backend)
+            spec["backend"] = backend_spec(_user_backend(self.backend), name)
+        return spec
+
+    def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:
+        from tdbg.minifier.graph_io import TensorStore, from_graph_module
+        from tdbg.minifier.oracle import Signature
+        store = TensorStore()
+        case = from_graph_module(snap, _realize(inputs), store)
+        expected = Signature.of(outcome).to_dict() if outcome is not None else None
+        where = "before compiling" if outcome is None else outcome.summary()
+        dump = Dump(case, store, self.spec(), expected,
+                    title=f"graph captured after {self.after} ({case.num_nodes} nodes)", failure=where)
+        directory = os.path.join(self.out_dir, subdir) if subdir else self.out_dir
+        write(directory, dump, files)
+        return directory
+
+    def _failed(self, e: BaseException, kind: str, snap, inputs) -> BaseException:
+        """Dump for a failure (never masking it) and hand back the exception to re-raise."""
+        from tdbg.minifier.oracle import exception_outcome
+        outcome = e.tdbg_outcome if hasattr(e, "tdbg_outcome") else exception_outcome(kind, e)
+        try:
+            path = self._dump(snap, inputs, LEVELS[self.level], outcome)
+            _attach(e, "tdbg_repro_dir", os.path.abspath(path))
+        except Exception as dump_error:  # the user's failure matters more than the dump's
+            _attach(e, "tdbg_repro_error", f"{type(dump_error).__name__}: {dump_error}")
+        return e
+
+
+def _attach(e: BaseException, name: str, value) -> None:
+    try:
+        setattr(e, name, value)
+    except (AttributeError, TypeError):
+        pass
+
+
+def _snapshot(gm):
+    """A copy of the graph as given (compilers may rewrite theirs)."""
+    import torch.fx as fx
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
+
+
+def _realize(inputs) -> list:
+    """Real tensors for the inputs: fake tensors (AOT compile time) become random ones of the
+    same shape, stride and dtype; symbolic sizes become their hints."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    out = []
+    for x in inputs:
+        if isinstance(x, FakeTensor):
+            real = torch.empty_strided(tuple(int(s) for s in x.shape), tuple(int(s) for s in x.stride()),
+                                       dtype=x.dtype)
+            out.append(_fill(real))
+        elif isinstance(x, torch.SymInt):
+            out.append(int(x.node.hint))
+        else:
+            out.append(x)
+    return out
+
+
+def _fill(t):
+    import torch
+    if t.is_floating_point() or t.is_complex():
+        return t.copy_(torch.randn(t.shape, dtype=t.dtype))
+    if t.dtype == torch.bool:
+        return t.copy_(torch.randint(0, 2, t.shape).bool())
+    return t.copy_(torch.randint(0, 8, t.shape, dtype=t.dtype))
+
+
+class _Checked:
+    """The compiled callable, plus the first-call duties of levels 3 and 4 and runtime dumps."""
+
+    def __init__(self, compiled, snap, dumper: _Dumper, tag: str):
+        self._compiled, self._snap, self._dumper, self._tag = compiled, snap, dumper, tag
+        self._calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+    def __call__(self, *args):
+        first, self._calls = self._calls == 0, self._calls + 1
+        d = self._dumper
+        if first and d.level >= 3:
+            d._dump(self._snap, args, (LAUNCHER,), None, self._tag)
+        expected = _eager(self._snap, args) if first and d.level == 4 else None
+        try:
+            actual = self._compiled(*args)
+        except Exception as e:
+            raise d._failed(e, "runtime_error", self._snap, args)
+        if expected is not None:
+            self._check(expected, actual, args)
+        return actual
+
+    def _check(self, expected, actual, args) -> None:
+        from tdbg.minifier.accuracy import compare, fp64_reference
+        from tdbg.minifier.oracle import Outcome
+        if not compare(expected, actual):
+            return
+        found = compare(expected, actual, fp64_reference(self._snap, _clones(args)))
+        if found:
+            error = AccuracyError(self._tag, found)
+            error.tdbg_outcome = Outcome("accuracy", outputs=tuple(m.output for m in found))
+            raise self._dumper._failed(error, "accuracy", self._snap, args)
+
+
+def _eager(snap, args):
+    import torch
+    with torch.no_grad():
+        return snap(*_clones(args))
+
+
+def _clones(args) -> list:
+    import torch
+    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]

@@ -1,0 +1,280 @@
+"""Graphs and their inputs as data: readable source, content-hashed tensors, load/save.
+
+A `Case` is what the minifier shrinks: an FX GraphModule whose placeholders are, in order, the
+`inputs` (InputSpec rows). Tensor values live in a `TensorStore` keyed by the SHA-256 of their
+raw bytes (computed here with hashlib, never by the compiler under test); on disk each is
+`inputs/<sha256>.bin` holding exactly those bytes, so `sha256sum` verifies it.
+
+The graph travels as Python source (`module_source`): a `class Repro(torch.nn.Module)` whose
+`forward` is FX's own code for the graph. `trace_source` turns that text back into the same
+graph, recording every torch call (also factory calls such as `torch.ones(2)` that plain
+symbolic tracing would fold into constants).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import types
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+from torch.overrides import TorchFunctionMode
+
+INPUTS_DIR = "inputs"
+# Calls that build plain values (not graph computation): run them while tracing.
+_VALUE_CALLS = (torch.device, torch.Size)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: a tensor (by content hash and metadata) or a plain Python value."""
+    name: str
+    sha: str = ""
+    shape: tuple = ()
+    stride: tuple = ()
+    dtype: str = ""
+    requires_grad: bool = False
+    value: Any = None          # non-tensor inputs (ints, floats, bools)
+
+    @property
+    def is_tensor(self) -> bool:
+        return bool(self.dtype)
+
+    def describe(self) -> str:
+        if not self.is_tensor:
+            return f"{self.name}={self.value!r}"
+        return f"{self.name}: {self.dtype.replace('torch.', '')}{list(self.shape)}"
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().contiguous().cpu()
+    n = t.numel() * t.element_size()
+    return ctypes.string_at(t.data_ptr(), n) if n else b""
+
+
+def tensor_sha256(t: torch.Tensor) -> str:
+    return hashlib.sha256(tensor_bytes(t)).hexdigest()
+
+
+def tensor_from_bytes(data: bytes, spec: InputSpec) -> torch.Tensor:
+    dtype = dtype_from_str(spec.dtype)
+    flat = (torch.frombuffer(bytearray(data), dtype=dtype).clone() if data
+            else torch.empty(0, dtype=dtype))
+    t = flat.reshape(spec.shape)
+    if spec.stride and tuple(t.stride()) != tuple(spec.stride) and t.numel() > 0:
+        t = torch.empty_strided(spec.shape, spec.stride, dtype=dtype).copy_(t)
+    return t.requires_grad_(spec.requires_grad) if spec.requires_grad else t
+
+
+def dtype_from_str(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.replace("torch.", ""), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+class TensorStore:
+    """sha -> tensor, the values behind InputSpecs. Stored tensors are detached copies."""
+
+    def __init__(self):
+        self.tensors: dict = {}
+
+    def spec(self, name: str, value: Any) -> InputSpec:
+        if not isinstance(value, torch.Tensor):
+            return InputSpec(name, value=value)
+        t = value.detach().contiguous()
+        sha = tensor_sha256(t)
+        self.tensors.setdefault(sha, t)
+        return InputSpec(name, sha, tuple(t.shape), tuple(value.stride()), str(t.dtype),
+                         bool(value.requires_grad and value.is_leaf))
+
+    def value(self, spec: InputSpec, clone: bool = True) -> Any:
+        if not spec.is_tensor:
+            return spec.value
+        t = self.tensors[spec.sha]
+        if tuple(t.stride()) != tuple(spec.stride) and t.numel() > 0:
+            t = torch.empty_strided(spec.shape, spec.stride, dtype=t.dtype).copy_(t)
+        elif clone:
+            t = t.clone()
+        return t.requires_grad_(True) if spec.requires_grad and t.is_floating_point() else t
+
+    def values(self, specs, clone: bool = True) -> list:
+        return [self.value(s, clone) for s in specs]
+
+    def save(self, specs, directory: str) -> None:
+        """Write inputs/<sha>.bin for each tensor spec (existing identical files are kept)."""
+        folder = os.path.join(directory, INPUTS_DIR)
+        os.makedirs(folder, exist_ok=True)
+        for s in specs:
+            path = os.path.join(folder, f"{s.sha}.bin")
+            if s.is_tensor and not os.path.exists(path):
+                tmp = f"{path}.tmp{os.getpid()}"
+                with open(tmp, "wb") as f:
+                    f.write(tensor_bytes(self.tensors[s.sha]))
+                os.replace(tmp, path)
+
+    def load(self, specs, directory: str) -> None:
+        for s in specs:
+            if s.is_tensor and s.sha not in self.tensors:
+                with open(os.path.join(directory, INPUTS_DIR, f"{s.sha}.bin"), "rb") as f:
+                    data = f.read()
+                if hashlib.sha256(data).hexdigest() != s.sha:
+                    raise ValueError(f"input file {s.sha}.bin does not match its SHA-256 name")
+                self.tensors[s.sha] = tensor_from_bytes(data, replace(s, stride=(), requires_grad=False))
+
+
+@dataclass
+class Case:
+    """A graph and its inputs (placeholders in order). `key` identifies it for verdict caching."""
+    gm: fx.GraphModule
+    inputs: tuple
+    _key: Optional[str] = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        if self._key is None:
+            text = forward_source(self.gm.graph) + "\n" + "\n".join(
+                f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs)
+            self._key = hashlib.sha256(text.encode()).hexdigest()
+        return self._key
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.gm.graph.nodes)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def compute_nodes(self) -> list:
+        return [n for n in self.gm.graph.nodes if n.op not in ("placeholder", "output")]
+
+
+def make_gm(graph: fx.Graph) -> fx.GraphModule:
+    graph.lint()
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) -> Case:
+    """Normalize a captured graph into a Case: get_attr tensors become inputs, outputs a tuple."""
+    graph = fx.Graph()
+    env, specs = {}, []
+    values = list(example_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(values):
+        raise ValueError(f"graph has {len(placeholders)} inputs but {len(values)} values were given")
+    for node, value in zip(placeholders, values):
+        env[node] = graph.placeholder(node.name)
+        specs.append(store.spec(node.name, value))
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            env[node] = graph.placeholder(node.name)
+            specs.append(store.spec(node.name, _fetch_attr(gm, node.target)))
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            continue
+        if node.op == "call_module":
+            raise ValueError(f"graph calls submodule {node.target!r}; tdbg's minifier needs "
+                             "functional graphs (Dynamo inlines nn.Modules by default)")
+        if node.op == "output":
+            outs = node.args[0]
+            outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+            graph.output(tuple(fx.node.map_arg(outs, lambda n: env[n])))
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        env[node].meta = {}
+    return Case(make_gm(graph), tuple(specs))
+
+
+def _fetch_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---------------------------------------------------------------- source <-> graph
+
+_STANDARD_IMPORTS = ("import math", "import operator", "import torch", "from math import inf, nan",
+                     "from torch import device")
+
+
+def forward_source(graph: fx.Graph) -> str:
+    """FX's code for the graph as `def forward(self, ...)`, stripped of blank edges."""
+    return graph.python_code(root_module="self").src.strip("\n") + "\n"
+
+
+def imports_for(graph: fx.Graph) -> str:
+    """Import lines that make forward_source's globals resolvable in a fresh module."""
+    lines = list(_STANDARD_IMPORTS)
+    for name, value in graph.python_code(root_module="self").globals.items():
+        line = _import_line(name, value)
+        if line and line not in lines:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+_KNOWN_GLOBALS = {"inf", "nan", "torch", "device", "math", "operator"}
+_SPECIAL = {"NoneType": "NoneType = type(None)",
+            "fx_pytree": "import torch.fx._pytree as fx_pytree",
+            "pytree": "import torch.utils._pytree as pytree"}
+
+
+def _import_line(name: str, value: Any) -> Optional[str]:
+    if name in _KNOWN_GLOBALS:
+        return None
+    if name in _SPECIAL:
+        return _SPECIAL[name]
+    if isinstance(value, types.ModuleType):
+        return f"import {value.__name__} as {name}" if value.__name__ != name else f"import {name}"
+    module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if module and qual and "." not in qual and "<" not in qual:
+        return f"from {module} import {qual} as {name}" if qual != name else f"from {module} import {name}"
+    raise ValueError(f"graph refers to {value!r} ({name}), which a standalone file cannot import")
+
+
+def module_source(graph: fx.Graph) -> str:
+    """`class Repro(torch.nn.Module)` with the graph's forward, readable and standalone."""
+    body = "\n".join("    " + line if line else "" for line in forward_source(graph).splitlines())
+    return f"class Repro(torch.nn.Module):\n{body}\n"
+
+
+class _RecordCalls(TorchFunctionMode):
+    """While tracing, turn every torch call into a graph node, even without proxy arguments."""
+
+    def __init__(self, tracer: fx.Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _VALUE_CALLS or getattr(func, "__name__", "") in ("__get__", "__set__"):
+            return func(*args, **kwargs)
+        return self.tracer.create_proxy("call_function", func, args, kwargs)
+
+
+class _Tracer(fx.Tracer):
+    def trace(self, root, concrete_args=None):
+        with _RecordCalls(self):
+            return super().trace(root, concrete_args)
+
+
+def trace_module(module: torch.nn.Module) -> fx.GraphModule:
+    graph = _Tracer().trace(module)
+    for node in graph.nodes:
+        node.type = None
+    return make_gm(graph)
+
+
+def trace_source(source: str, filename: str = "<tdbg graph>") -> fx.GraphModule:
+    """Exec a module_source text (with its imports) and trace `Repro` back into a GraphModule."""
+    namespace: dict = {"__name__": "tdbg_graph"}
+    exec(compile(source, filename, "exec"), namespace)
+    return trace_module(namespace["Repro"]())
+
+
+def case_source(case: Case) -> str:
+    return imports_for(case.gm.graph) + "\n\n\n" + module_source(case.gm.graph)

@@ -1,0 +1,7 @@
+"""Eliminate dead code: drop nodes whose results nothing uses (side-effecting ops stay)."""
+from tdbg.minifier.surgery import eliminate_dead_code as dce
+
+
+def eliminate_dead_code(state) -> None:
+    with state.strategy("Eliminate dead code"):
+        state.test(dce(state.current))

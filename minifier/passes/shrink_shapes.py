@@ -1,0 +1,30 @@
+"""Shrink tensor shapes: cut input tensors down (leading slices, real values kept) while the
+failure persists. A size shared by several inputs shrinks in all of them together first (so
+broadcasting and same-shape ops stay valid), then in one input at a time; each size tries 1,
+then halves."""
+from tdbg.minifier.surgery import replace_inputs, shrunk
+
+
+def _sizes(case) -> list:
+    return sorted({d for s in case.inputs if s.is_tensor for d in s.shape if d > 1}, reverse=True)
+
+
+def _shrink(state, size: int, target: int, only=None):
+    new = {}
+    for s in state.current.inputs:
+        if s.is_tensor and (only is None or s.name == only) and size in s.shape:
+            new[s.name] = shrunk(state.store, s, tuple(target if d == size else d for d in s.shape))
+    return replace_inputs(state.current, new) if new else None
+
+
+def _targets(size: int) -> list:
+    return [1] + ([size // 2] if size // 2 > 1 else [])
+
+
+def shrink_shapes(state) -> None:
+    with state.strategy("Shrink shapes"):
+        for size in _sizes(state.current):
+            holders = [s.name for s in state.current.inputs if s.is_tensor and size in s.shape]
+            for only in [None] + (holders if len(holders) > 1 else []):
+                if any(state.test(_shrink(state, size, t, only)) for t in _targets(size)):
+                    break

@@ -1,0 +1,128 @@
+"""One minification run: fix the failure signature, check it reproduces, shrink, write files.
+
+`minify_dump(dump, out_dir, ...)` is what `tdbg minify` calls. Every query (also the two
+initial runs) is logged as one JSON line in `<out_dir>/minify.jsonl`. Events go to `on_event`;
+nothing is printed here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from tdbg.minifier import engine
+from tdbg.minifier.graph_io import Case, case_source
+from tdbg.minifier.oracle import Outcome, Signature
+from tdbg.minifier.repro import LAUNCHER, REPRO, Dump, write
+from tdbg.minifier.workers import Pool
+
+LOG_NAME = "minify.jsonl"
+
+
+class Oracle:
+    """Answers 'does this candidate fail the same way?' through the worker pool, and logs it."""
+
+    def __init__(self, dump: Dump, pool: Pool, log_path: Optional[str] = None):
+        self.dump, self.pool = dump, pool
+        self.signature: Optional[Signature] = None
+        self.queries = 0
+        self._log = open(log_path, "a") if log_path else None
+
+    def outcome(self, case: Case, purpose: str) -> Outcome:
+        self.queries += 1
+        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec)
+        if self._log:
+            row = {"query": self.queries, "purpose": purpose, "key": case.key[:16],
+                   "nodes": case.num_nodes, "inputs": case.num_inputs, "outcome": outcome.kind,
+                   "summary": outcome.summary(), "seconds": round(outcome.seconds, 4),
+                   "same_failure": bool(self.signature and self.signature.matches(outcome))}
+            self._log.write(json.dumps(row) + "\n")
+            self._log.flush()
+        return outcome
+
+    def test(self, case: Case) -> bool:
+        return self.signature.matches(self.outcome(case, "candidate"))
+
+    def close(self) -> None:
+        if self._log:
+            self._log.close()
+
+
+@dataclass
+class Report:
+    status: str                      # minified | flaky | no_failure
+    first: Outcome
+    second: Optional[Outcome] = None
+    signature: Optional[Signature] = None
+    result: Optional[engine.Result] = None
+    files: list = field(default_factory=list)
+    final: Optional[Outcome] = None  # the minimized graph, run once more
+    seconds: float = 0.0
+    workers_replaced: int = 0
+
+    def to_dict(self) -> dict:
+        d = {"status": self.status, "seconds": round(self.seconds, 3),
+             "first": self.first.to_dict(), "signature": self.signature.to_dict() if self.signature else None,
+             "files": self.files, "workers_replaced": self.workers_replaced}
+        if self.second:
+            d["second"] = self.second.to_dict()
+        if self.result:
+            r = self.result
+            d["original"] = {"nodes": r.original.num_nodes, "inputs": r.original.num_inputs}
+            d["minimized"] = {"nodes": r.minimized.num_nodes, "inputs": r.minimized.num_inputs,
+                              "code": case_source(r.minimized)}
+            d["stats"] = {"queries": r.stats.queries, "cache_hits": r.stats.cache_hits,
+                          "adopted": r.stats.adopted, "rounds": r.stats.rounds,
+                          "seconds": round(r.stats.seconds, 3), "per_pass": r.stats.per_pass}
+        if self.final:
+            d["final"] = self.final.to_dict()
+        return d
+
+
+def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, timeout: float = 60.0,
+                on_event: Optional[Callable[[dict], None]] = None, max_queries: Optional[int] = None,
+                passes=None, pool: Optional[Pool] = None) -> Report:
+    """Minify the dump's graph into out_dir (repro.py, minifier_launcher.py, inputs/, minify.jsonl).
+
+    `pool` (closed on return) may be started early by the caller so its warm-up overlaps other work.
+    """
+    start = time.perf_counter()
+    emit = on_event or (lambda e: None)
+    os.makedirs(out_dir, exist_ok=True)
+    with (pool or Pool(timeout=timeout)) as pool:
+        oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
+        try:
+            report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes)
+        finally:
+            oracle.close()
+        report.workers_replaced = pool.replaced
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
+    emit({"event": "check", "text": "Running the original graph to fix the failure signature"})
+    first = oracle.outcome(dump.case, "signature")
+    if not first.failed:
+        return Report("no_failure", first)
+    oracle.signature = Signature.of(first, check_str)
+    if check_str and not oracle.signature.matches(first):
+        return Report("no_failure", first, signature=oracle.signature)
+    emit({"event": "signature", "text": f"Failure: {oracle.signature.describe()}"})
+    second = oracle.outcome(dump.case, "reproduce")
+    if not oracle.signature.matches(second):
+        return Report("flaky", first, second, oracle.signature)
+    result = engine.minify(dump.case, oracle.test, dump.store, on_event=emit,
+                           max_queries=max_queries, passes=passes)
+    final = oracle.outcome(result.minimized, "final")
+    small = Dump(result.minimized, dump.store, dump.spec, oracle.signature.to_dict(),
+                 title=f"minimized from {result.original.num_nodes} to {result.minimized.num_nodes} nodes",
+                 failure=final.summary())
+    files = write(out_dir, small, files=(REPRO,))
+    if not os.path.exists(os.path.join(out_dir, LAUNCHER)):
+        original = Dump(dump.case, dump.store, dump.spec, oracle.signature.to_dict(),
+                        title="the original failing graph", failure=first.summary())
+        files += write(out_dir, original, files=(LAUNCHER,))
+    return Report("minified", first, second, oracle.signature, result, files, final)

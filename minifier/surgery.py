@@ -1,0 +1,198 @@
+"""Graph edits the minifier's passes are made of. Each returns a new Case (or None when the edit
+cannot produce a valid graph); the Case it was given is never modified.
+
+Nodes are referred to by name: names survive every edit here, so a pass can keep a list of
+names across candidates.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Callable, Iterable, Optional
+
+import torch
+import torch.fx as fx
+
+from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, make_gm
+
+
+def record_values(case: Case, store: TensorStore) -> dict:
+    """name -> value of every node when the graph runs eagerly on its inputs (detached)."""
+    values = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            values[n.name] = _detach(out)
+            return out
+
+    with torch.no_grad():
+        Recorder(case.gm).run(*store.values(case.inputs))
+    return values
+
+
+def _detach(v):
+    if isinstance(v, torch.Tensor):
+        return v.detach()
+    if isinstance(v, (list, tuple)):
+        return type(v)(_detach(x) for x in v)
+    return v
+
+
+def is_input_value(v) -> bool:
+    """Can this recorded value become a graph input? (tensors and plain numbers)"""
+    return isinstance(v, torch.Tensor) or (isinstance(v, numbers.Number) and not isinstance(v, bool)) \
+        or isinstance(v, bool)
+
+
+def output_nodes(case: Case) -> list:
+    out = next(n for n in reversed(case.gm.graph.nodes) if n.op == "output")
+    return list(out.args[0])
+
+
+def finish(case: Case, graph: fx.Graph, extra: Iterable = ()) -> Optional[Case]:
+    """Drop placeholders nobody uses and pair the rest with their specs (old ones or `extra`)."""
+    specs = {s.name: s for s in case.inputs}
+    specs.update({s.name: s for s in extra})
+    for node in [n for n in graph.nodes if n.op == "placeholder"]:
+        if not node.users:
+            graph.erase_node(node)
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    if not any(isinstance(o, fx.Node) for o in out.args[0]):
+        return None
+    inputs = tuple(specs[n.name] for n in graph.nodes if n.op == "placeholder")
+    return Case(make_gm(graph), inputs)
+
+
+def copy_graph(case: Case) -> tuple:
+    """(graph copy, old-name -> new node)."""
+    graph = fx.Graph()
+    env = {}
+    for node in case.gm.graph.nodes:
+        if node.op == "output":
+            graph.output(fx.node.map_arg(node.args[0], lambda n: env[n]))
+        else:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    return graph, {old.name: new for old, new in env.items()}
+
+
+def keep_only(case: Case, keep: Iterable[str], values: dict, store: TensorStore) -> Optional[Case]:
+    """Only the compute nodes named in `keep` stay. A value they read from a dropped node becomes
+    an input holding its recorded value; kept nodes whose result nobody kept reads become
+    outputs (so nothing kept is dead). None when a dropped value cannot be an input."""
+    keep = set(keep)
+    nodes = list(case.gm.graph.nodes)
+    kept = [n for n in nodes if n.name in keep and n.op not in ("placeholder", "output")]
+    if not kept:
+        return None
+    graph, env, extra = fx.Graph(), {}, []
+    needed = {a for n in kept for a in n.all_input_nodes}
+    for node in nodes:
+        if node.op == "placeholder" and node in needed:
+            env[node] = graph.placeholder(node.name)
+    for node in nodes:
+        if node in needed and node.op != "placeholder" and node.name not in keep:
+            value = values.get(node.name)
+            if not is_input_value(value):
+                return None
+            env[node] = graph.placeholder(node.name)
+            extra.append(store.spec(node.name, value))
+    for node in kept:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    kept_set = set(kept)
+    outs = [o for o in output_nodes(case) if isinstance(o, fx.Node) and o in kept_set]
+    sinks = [n for n in kept if not (set(n.users) & kept_set) and n not in outs
+             and is_input_value(values.get(n.name, torch.empty(0)))]
+    graph.output(tuple(env[n] for n in outs + sinks))
+    return finish(case, graph, extra)
+
+
+def replace_with_input(case: Case, name: str, values: dict, store: TensorStore) -> Optional[Case]:
+    """Node `name` becomes an input holding its recorded value; what only fed it disappears."""
+    value = values.get(name)
+    if not is_input_value(value):
+        return None
+    graph, env = copy_graph(case)
+    node = env[name]
+    first = next(iter(graph.nodes))
+    with graph.inserting_before(first):
+        ph = graph.placeholder(f"{name}_in")
+    node.replace_all_uses_with(ph)
+    graph.erase_node(node)
+    graph.eliminate_dead_code()
+    _placeholders_first(graph)
+    return finish(case, graph, [store.spec(f"{name}_in", value)])
+
+
+def bypass(case: Case, name: str, operand: str) -> Optional[Case]:
+    """Node `name` is removed and its users read `operand` instead (same shape and dtype)."""
+    graph, env = copy_graph(case)
+    env[name].replace_all_uses_with(env[operand])
+    graph.erase_node(env[name])
+    graph.eliminate_dead_code()
+    return finish(case, graph)
+
+
+def drop_outputs(case: Case, drop: set) -> Optional[Case]:
+    """Remove the outputs at the given positions; what only fed them disappears."""
+    graph, env = copy_graph(case)
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    kept = tuple(o for i, o in enumerate(out.args[0]) if i not in drop)
+    out.args = (kept,)
+    graph.eliminate_dead_code()
+    return finish(case, graph)
+
+
+def eliminate_dead_code(case: Case) -> Case:
+    graph, _ = copy_graph(case)
+    graph.eliminate_dead_code()
+    return Case(make_gm(graph), case.inputs)
+
+
+def drop_unused_inputs(case: Case) -> Optional[Case]:
+    graph, _ = copy_graph(case)
+    return finish(case, graph)
+
+
+def merge_inputs(case: Case, groups: list) -> Optional[Case]:
+    """Each group of input names is read through its first member only."""
+    graph, env = copy_graph(case)
+    for group in groups:
+        for other in group[1:]:
+            env[other].replace_all_uses_with(env[group[0]])
+    return finish(case, graph)
+
+
+def replace_inputs(case: Case, new_specs: dict) -> Case:
+    """Same graph, some inputs (by name) given new specs (e.g. smaller tensors)."""
+    return Case(case.gm, tuple(new_specs.get(s.name, s) for s in case.inputs))
+
+
+def _placeholders_first(graph: fx.Graph) -> None:
+    nodes = [n for n in graph.nodes if n.op == "placeholder"]
+    anchor = next(n for n in graph.nodes if n.op != "placeholder") if len(nodes) < len(graph.nodes) else None
+    if anchor is None:
+        return
+    for node in nodes:
+        anchor.prepend(node)
+
+
+def tensor_meta(values: dict, name: str) -> Optional[tuple]:
+    v = values.get(name)
+    return (tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else None
+
+
+def names(nodes: Iterable[fx.Node]) -> list:
+    return [n.name for n in nodes]
+
+
+def shrunk(store: TensorStore, spec: InputSpec, sizes: tuple) -> Optional[InputSpec]:
+    """`spec`'s tensor cut down to `sizes` (a leading slice in each dim), real values kept."""
+    t = store.tensors[spec.sha].reshape(spec.shape) if spec.shape else store.tensors[spec.sha]
+    for dim, size in enumerate(sizes):
+        t = t.narrow(dim, 0, size)
+    t = t.contiguous()
+    new = store.spec(spec.name, t)
+    return InputSpec(new.name, new.sha, new.shape, new.stride, new.dtype, spec.requires_grad)
+
+
+Predicate = Callable[[Case], bool]
