@@ -1,1 +1,255 @@
-"""tdbg's CPU graph compiler (filled in by the compiler core)."""
+"""tdbg's CPU graph compiler: Dynamo graph -> AOTAutograd -> loop IR -> fused C++/OpenMP kernels.
+
+Entry points:
+- `compile_fx(gm, example_inputs, config=None)`: the Dynamo backend registered as "tdbg".
+- `make_backend(config=None, inner_compile=None)`: a Dynamo backend; `inner_compile(gm, inputs,
+  config, *, graph_name, kind)` replaces `compile_aten` (the minifier wraps it).
+- `compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference")`
+  -> `CompiledGraph`, the pipeline below, one named stage after another.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import time
+from typing import Optional
+
+import torch
+
+from . import config as _config
+from .errors import IRInvariantError, LoweringError
+from .trace import DebugTrace, configure_logging, get_logger
+
+log = get_logger("compiler")
+_graph_counter = itertools.count()        # Dynamo graphs seen by a tdbg backend in this process
+_compiled_counter = itertools.count()     # graphs compiled by compile_aten (profiler names)
+
+
+class CompiledGraph:
+    """`compiled(*args)` returns what the aten graph returns; see module docstring."""
+
+    def __init__(self, name, call, spec, *, kernels=(), lowered_nodes=(), fallback_targets=(),
+                 source_code="", debug_dir=None, kind="inference"):
+        self.name, self._call, self._spec, self.kind = name, call, spec, kind
+        self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
+        self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
+        self._tuple = spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children))
+
+    def __call__(self, *args):
+        outs = self._call(list(args))
+        if self._tuple:
+            return outs
+        return torch.utils._pytree.tree_unflatten(list(outs), self._spec)
+
+    def __repr__(self):
+        return f"CompiledGraph({self.name}, kernels={self.kernels})"
+
+
+class Compilation:
+    """State passed from stage to stage."""
+
+    def __init__(self, gm, example_inputs, config, name, kind, trace):
+        self.gm, self.example_inputs, self.config = gm, example_inputs, config
+        self.name, self.kind, self.trace = name, kind, trace
+        self.graph = self.items = self.fusions = self.plan = self.kernels = None
+        self.source_code, self.call, self.number = "", None, next(_compiled_counter)
+
+
+def _lower(c):
+    from .lowering import GraphLowering
+    c.graph = GraphLowering(c.gm, c.example_inputs, c.config)
+    c.graph.run(*c.example_inputs)
+    if c.trace:
+        from .wrapper import ir_pre_fusion
+        c.trace.write("ir_pre_fusion.txt", ir_pre_fusion(c.graph))
+
+
+def _check_lowered(c):
+    from .ir import ComputedBuffer
+    for op in c.graph.operations:
+        if isinstance(op, ComputedBuffer):
+            if tuple(op.data.ranges) != tuple(op.layout.size):
+                raise IRInvariantError(f"ranges {op.data.ranges} != layout size {op.layout.size}",
+                                       after_stage="lower", node=op.name)
+    for out in c.graph.graph_outputs:
+        if hasattr(out, "storage") and out.storage() is None:
+            raise IRInvariantError("graph output is not realized", after_stage="lower", node=str(out))
+
+
+def _schedule(c):
+    from .scheduler import plan_memory, schedule
+    c.items, c.fusions = schedule(c.graph.operations, c.graph.graph_outputs, c.config)
+    c.plan = plan_memory(c.items, c.graph.graph_inputs, c.graph.graph_outputs)
+    if c.trace:
+        from .wrapper import ir_post_fusion
+        c.trace.write("ir_post_fusion.txt", ir_post_fusion(c.items))
+
+
+def _check_scheduled(c):
+    from .scheduler import KernelGroup
+    produced = {b.name for b in c.graph.graph_inputs}
+    for item in c.items:
+        nodes = item.nodes if isinstance(item, KernelGroup) else [item]
+        for n in nodes:
+            missing = [r for r in n.read_names() if r not in produced and r not in (x.name for x in nodes)]
+            if missing:
+                raise IRInvariantError(f"reads {missing} before they are produced", after_stage="schedule",
+                                       node=n.name)
+            produced.add(n.name)
+            produced.update(getattr(n, "writes", []))
+
+
+def _codegen(c):
+    from .codegen_cpp import generate_kernels
+    c.kernels = generate_kernels(c.items, c.graph.buffers, c.config)
+
+
+def _wrap(c):
+    from .wrapper import WrapperCodegen
+    c.source_code = WrapperCodegen(c.name, c.graph.graph_inputs, c.graph.graph_outputs, c.items, c.plan,
+                                   c.kernels, c.config, c.number, c.graph.buffers).render()
+    get_logger("output_code").info("output code for %s:\n%s", c.name, c.source_code)
+    if c.trace:
+        c.path = c.trace.write("output_code.py", c.source_code)
+        c.trace.write_json("kernel_map.json", {k.name: k.fx_nodes for k in c.kernels})
+
+
+def _build(c):
+    module = {"__name__": f"tdbg_output_code_{c.name}"}
+    exec(compile(c.source_code, getattr(c, "path", f"<tdbg output code {c.name}>"), "exec"), module)
+    kernels = module["load"](c.config)
+    constants = {b.name: b.constant for b in c.graph.graph_inputs if hasattr(b, "constant")}
+    c.call = module["make_call"](kernels, constants)
+
+
+STAGES = [
+    ("lower", _lower),
+    ("check_lowered", _check_lowered),
+    ("schedule", _schedule),
+    ("check_scheduled", _check_scheduled),
+    ("codegen", _codegen),
+    ("wrap", _wrap),
+    ("build", _build),
+]
+
+
+def _static(example_inputs) -> bool:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            if any(not isinstance(s, int) for s in (*x.shape, *x.stride())):
+                return False
+        elif not isinstance(x, (int, float, bool)) or isinstance(x, torch.SymInt):
+            return False
+    return True
+
+
+def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
+                 trace: Optional[DebugTrace] = None) -> CompiledGraph:
+    """Compile an aten-level FX graph into C++ kernels plus a Python wrapper."""
+    config = config or _config.current()
+    configure_logging(config)
+    trace = trace or _start_trace(config, graph_name)
+    spec = _output_spec(aten_gm)
+    if not _static(example_inputs):
+        log.info("%s: dynamic shapes; running the aten graph unchanged", graph_name)
+        return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
+                             fallback_targets=[str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"])
+    c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)
+    if trace:
+        from .wrapper import write_graph_files
+        write_graph_files(trace, aten_gm, example_inputs)
+    for stage, fn in STAGES:
+        with (trace.stage(stage) if trace else contextlib.nullcontext()):
+            fn(c)
+    lowered = [r["fx_node"] for r in c.graph.lowered]
+    fallback_targets = [r["target"] for r in c.graph.fallbacks]
+    if config.report_path:
+        _report(c)
+    log.info("%s: %d kernel(s), %d lowered node(s), %d fallback(s)", graph_name, len(c.kernels), len(lowered),
+             len(fallback_targets))
+    return CompiledGraph(graph_name, c.call, spec, kernels=[k.name for k in c.kernels], lowered_nodes=lowered,
+                         fallback_targets=fallback_targets, source_code=c.source_code,
+                         debug_dir=trace.path if trace else None, kind=kind)
+
+
+def _flat(out):
+    return torch.utils._pytree.tree_flatten(out)[0]
+
+
+def _output_spec(gm):
+    out = [n for n in gm.graph.nodes if n.op == "output"][0]
+    return torch.utils._pytree.tree_flatten(out.args[0])[1]
+
+
+def _start_trace(config, graph_name):
+    if not config.debug:
+        return None
+    model, _, rest = graph_name.partition("__")
+    parts = rest.split("_")
+    try:
+        n, kind, k = int(parts[0]), parts[1], int(parts[2])
+    except (IndexError, ValueError):
+        n, kind, k = 0, "inference", 0
+    return DebugTrace.start(config, model or graph_name, n, kind, k)
+
+
+def _report(c):
+    kernel_of = {}
+    for k in c.kernels:
+        for fx in k.fx_nodes:
+            kernel_of.setdefault(fx, k.name)
+    groups = {k.group_index: k.name for k in c.kernels}
+    fusions = [{"index": f["index"], "nodes": f["nodes"], "kernel": kernel_of.get(f["node"])} for f in c.graph.fusions]
+    fusions += [{"index": f["index"], "nodes": f["nodes"], "kernel": groups.get(f["group"])} for f in c.fusions]
+    line = {"graph": c.name, "kind": c.kind,
+            "lowered": [dict(r, kernel=kernel_of.get(r["fx_node"])) for r in c.graph.lowered],
+            "fallbacks": c.graph.fallbacks,
+            "fusions": sorted(fusions, key=lambda f: f["index"]),
+            "kernels": [{"name": k.name, "fx_nodes": k.fx_nodes} for k in c.kernels]}
+    with open(c.config.report_path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+# ---- Dynamo / AOTAutograd ----------------------------------------------------------------
+
+def _model_name(gm) -> str:
+    from torch._guards import TracingContext
+    tc = TracingContext.try_get()
+    codes = getattr(tc, "traced_code", None) if tc is not None else None
+    if codes:
+        return codes[0].co_name
+    return "model"
+
+
+def make_backend(config=None, inner_compile=None):
+    """A Dynamo backend: AOTAutograd with tdbg's decompositions, then `inner_compile` per graph."""
+    def backend(gm, example_inputs):
+        from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+        from .decompositions import decomposition_table
+        cfg = config or _config.current()
+        model, n = _model_name(gm), next(_graph_counter)
+        aot_ids = itertools.count()
+        compile_one = inner_compile or compile_aten
+
+        def compiler(kind):
+            def compile_graph(aten_gm, inputs):
+                name = f"{model}__{n}_{kind}_{next(aot_ids)}"
+                compiled = compile_one(aten_gm, inputs, cfg, graph_name=name, kind=kind)
+                return make_boxed_func(compiled)
+            return compile_graph
+
+        return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                            inference_compiler=compiler("inference"), decompositions=decomposition_table(cfg),
+                            partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+    return backend
+
+
+def compile_fx(gm, example_inputs, config=None):
+    """The Dynamo backend "tdbg"."""
+    return make_backend(config)(gm, example_inputs)
+
+
+__all__ = ["compile_fx", "make_backend", "compile_aten", "CompiledGraph", "STAGES"]

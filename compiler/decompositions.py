@@ -1,0 +1,53 @@
+"""The decomposition table tdbg owns: composite aten ops rewritten (by torch._decomp) into the
+small set lowering.py handles, so the lowering table stays small.
+
+`decomposition_table(config)` is what AOTAutograd gets; `config.decompose=False` gives the
+minimal table (nothing decomposed: such ops run through aten as extern calls).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+DECOMPOSED = [
+    # normalization, activations and their backwards -> pointwise + reductions
+    aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
+    aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_batch_norm,
+    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+    aten.native_batch_norm_backward, aten.native_group_norm, aten.native_group_norm_backward,
+    aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward, aten.hardtanh, aten.hardtanh_backward,
+    aten.leaky_relu, aten.leaky_relu_backward, aten.elu, aten.elu_backward, aten.softplus,
+    aten.softplus_backward, aten.hardsigmoid, aten.hardsigmoid_backward, aten.hardswish,
+    aten.hardswish_backward, aten.mish, aten.threshold, aten.threshold_backward, aten.sigmoid_backward,
+    aten.tanh_backward, aten.logit, aten.glu,
+    # losses
+    aten.nll_loss_forward, aten.nll_loss_backward, aten.mse_loss, aten.mse_loss_backward,
+    aten.binary_cross_entropy, aten.binary_cross_entropy_backward, aten.huber_loss, aten.smooth_l1_loss,
+    # pointwise composites
+    aten.addcmul, aten.addcdiv, aten.lerp, aten.masked_fill, aten.rsub, aten.xlogy, aten.logaddexp,
+    aten.clamp_min, aten.clamp_max, aten.square, aten.nan_to_num, aten.heaviside,
+    # factories -> full / iota
+    aten.zeros, aten.ones, aten.zeros_like, aten.ones_like, aten.full_like, aten.new_zeros, aten.new_ones,
+    aten.new_full, aten.arange, aten.linspace, aten.eye,
+    # reductions
+    aten.std, aten.std_mean, aten.logsumexp, aten.linalg_vector_norm, aten.norm,
+    # shape composites -> views and cat
+    aten.stack, aten.narrow, aten.split, aten.split_with_sizes, aten.unbind, aten.expand_as,
+    aten.select_backward, aten.slice_backward, aten.embedding_dense_backward, aten.flip, aten.roll,
+    aten.diagonal_backward, aten.repeat, aten.tril, aten.triu,
+    aten.baddbmm, aten.addmv, aten.index_add, aten._unsafe_index,
+]
+
+
+@functools.lru_cache(maxsize=2)
+def _table(decompose: bool) -> dict:
+    return get_decompositions(DECOMPOSED) if decompose else {}
+
+
+def decomposition_table(config) -> dict:
+    """Decompositions AOTAutograd applies for `config`."""
+    return _table(bool(config.decompose))

@@ -1,0 +1,347 @@
+"""tdbg's loop IR.
+
+Values produced by lowering (all `IRNode`s, each with `size` and `dtype`):
+- `InputBuffer`, `ComputedBuffer`, `ExternBuffer`: storage with a `FixedLayout`.
+- `Pointwise` / `Reduction`: loop bodies. `inner_fn(ops, index)` (reductions:
+  `inner_fn(ops, index, rindex)`) computes one element; `index` is a list of sympy expressions,
+  `ops` is the op handler passed EXPLICITLY (codegen, dependency analysis and the IR printer
+  are three handlers over the same bodies).
+- `StorageBox`: an unrealized Pointwise that lowering may inline into its consumers or realize
+  into a ComputedBuffer.
+- `ReinterpretView` (a strided window on a buffer) and `View` (an index remap over any value):
+  views never copy.
+- `ExternKernel`: a call to an aten op in the wrapper.
+
+`make_loader()` returns `load(ops, index) -> value` for any node.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import sympy
+import torch
+
+
+class FloorDiv(sympy.Function):
+    """Integer floor division of non-negative index expressions."""
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if a == 0:
+            return sympy.Integer(0)
+
+
+class ModIndex(sympy.Function):
+    """Integer remainder of non-negative index expressions."""
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+
+
+def index_var(prefix: str, i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
+
+
+def contiguous_strides(size) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def numel(size) -> int:
+    n = 1
+    for s in size:
+        n *= int(s)
+    return n
+
+
+@dataclass(frozen=True)
+class FixedLayout:
+    size: tuple
+    stride: tuple
+    dtype: torch.dtype
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(size, dtype) -> "FixedLayout":
+        size = tuple(int(s) for s in size)
+        return FixedLayout(size, contiguous_strides(size), dtype, 0)
+
+    def index(self, idx) -> sympy.Expr:
+        expr = sympy.Integer(self.offset)
+        for st, sz, i in zip(self.stride, self.size, idx):
+            if sz != 1 and st != 0:
+                expr = expr + st * i
+        return expr
+
+    def storage_numel(self) -> int:
+        if any(s == 0 for s in self.size):
+            return self.offset
+        return self.offset + 1 + sum((sz - 1) * st for sz, st in zip(self.size, self.stride))
+
+    def is_contiguous(self) -> bool:
+        return all(st == c for sz, st, c in zip(self.size, self.stride, contiguous_strides(self.size)) if sz != 1)
+
+    def is_dense(self) -> bool:
+        """Non-overlapping and covering exactly numel elements (a valid allocation layout)."""
+        pairs = sorted((st, sz) for sz, st in zip(self.size, self.stride) if sz != 1)
+        expected = 1
+        for st, sz in pairs:
+            if st != expected:
+                return False
+            expected *= sz
+        return True
+
+    def __str__(self):
+        return f"FixedLayout(size={list(self.size)}, stride={list(self.stride)}, dtype={self.dtype}, offset={self.offset})"
+
+
+class IRNode:
+    size: tuple
+    dtype: torch.dtype
+
+    def make_loader(self) -> Callable:
+        raise NotImplementedError
+
+    def storage(self):
+        """(buffer, layout) when this value is a strided window on a buffer, else None."""
+        return None
+
+    def lazy_origins(self) -> list:
+        """FX nodes of unrealized computation this value would inline into a consumer."""
+        return []
+
+
+class Buffer(IRNode):
+    def __init__(self, name: str, layout: FixedLayout):
+        self.name, self.layout = name, layout
+        self.size, self.dtype = layout.size, layout.dtype
+
+    def make_loader(self):
+        name, layout = self.name, self.layout
+        return lambda ops, index: ops.load(name, layout.index(index))
+
+    def storage(self):
+        return self, self.layout
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name}, {self.layout})"
+
+
+class InputBuffer(Buffer):
+    pass
+
+
+class ComputedBuffer(Buffer):
+    def __init__(self, name, layout, data: "Loops"):
+        super().__init__(name, layout)
+        self.data = data
+        self.origins = list(data.origins)
+
+    def store_index(self, index) -> sympy.Expr:
+        return self.layout.index(index)
+
+
+class ExternBuffer(Buffer):
+    """One tensor produced by an ExternKernel (`expr` is how the wrapper names it)."""
+
+    def __init__(self, name, layout, kernel: "ExternKernel", expr: str):
+        super().__init__(name, layout)
+        self.kernel, self.expr = kernel, expr
+
+
+@dataclass
+class ExternKernel:
+    """An aten call in the wrapper: `name = target(*args, **kwargs)` with IR values as tensors."""
+    name: str
+    target: object
+    args: tuple
+    kwargs: dict
+    node: object                      # the FX node
+    inputs: list = field(default_factory=list)   # Buffers read
+    outputs: list = field(default_factory=list)  # ExternBuffers produced
+    mutated: list = field(default_factory=list)  # Buffers written in place
+
+
+@dataclass
+class Loops:
+    ranges: tuple
+    dtype: torch.dtype
+    inner_fn: Callable
+    origins: list
+
+    @property
+    def size(self):
+        return self.ranges
+
+
+@dataclass
+class Pointwise(Loops):
+    pass
+
+
+@dataclass
+class Reduction(Loops):
+    reduction_ranges: tuple = ()
+    reduction_type: str = "sum"       # sum prod max min argmax argmin any all
+    src_dtype: Optional[torch.dtype] = None
+
+
+class StorageBox(IRNode):
+    """A Pointwise that may stay lazy (inlined into consumers) or be realized into a buffer."""
+
+    def __init__(self, data: Pointwise):
+        self.data = data
+        self.buffer: Optional[ComputedBuffer] = None
+        self.size, self.dtype = tuple(data.ranges), data.dtype
+
+    def make_loader(self):
+        if self.buffer is not None:
+            return self.buffer.make_loader()
+        return self.data.inner_fn
+
+    def storage(self):
+        return self.buffer.storage() if self.buffer is not None else None
+
+    def lazy_origins(self):
+        return [] if self.buffer is not None else list(self.data.origins)
+
+
+class ReinterpretView(IRNode):
+    def __init__(self, buffer: Buffer, layout: FixedLayout):
+        self.buffer, self.layout = buffer, layout
+        self.size, self.dtype = layout.size, layout.dtype
+
+    def make_loader(self):
+        name, layout = self.buffer.name, self.layout
+        return lambda ops, index: ops.load(name, layout.index(index))
+
+    def storage(self):
+        return self.buffer, self.layout
+
+
+class View(IRNode):
+    """`base` read through `reindex(out_index) -> base_index`."""
+
+    def __init__(self, base: IRNode, size, reindex: Callable):
+        self.base, self.reindex = base, reindex
+        self.size, self.dtype = tuple(int(s) for s in size), base.dtype
+
+    def make_loader(self):
+        inner, reindex = self.base.make_loader(), self.reindex
+        return lambda ops, index: inner(ops, reindex(list(index)))
+
+    def lazy_origins(self):
+        return self.base.lazy_origins()
+
+
+# ---- index remaps for views over values that have no storage yet -------------------------
+
+def broadcast_reindex(in_size, out_size) -> Callable:
+    """Index into `in_size` from an index over `out_size` (PyTorch broadcasting)."""
+    lead = len(out_size) - len(in_size)
+    keep = [int(s) == int(out_size[lead + i]) for i, s in enumerate(in_size)]
+
+    def reindex(index):
+        return [index[lead + i] if k else sympy.Integer(0) for i, k in enumerate(keep)]
+    return reindex
+
+
+def permute_reindex(dims) -> Callable:
+    inverse = [0] * len(dims)
+    for out_pos, d in enumerate(dims):
+        inverse[d] = out_pos
+    return lambda index: [index[inverse[d]] for d in range(len(dims))]
+
+
+def reshape_reindex(old_size, new_size) -> Callable:
+    """Linear index over `new_size`, unflattened over `old_size`, group by group."""
+    old_size, new_size = [int(s) for s in old_size], [int(s) for s in new_size]
+    groups, i, j = [], 0, 0
+    while i < len(old_size) or j < len(new_size):
+        oi, nj = i, j
+        po = old_size[i] if i < len(old_size) else 1
+        pn = new_size[j] if j < len(new_size) else 1
+        i, j = i + (i < len(old_size)), j + (j < len(new_size))
+        while po != pn:
+            if po < pn and i < len(old_size):
+                po *= old_size[i]; i += 1
+            elif j < len(new_size):
+                pn *= new_size[j]; j += 1
+            else:
+                po *= old_size[i]; i += 1
+        groups.append((oi, i, nj, j))
+
+    def reindex(index):
+        out = [sympy.Integer(0)] * len(old_size)
+        for oi, oe, ni, ne in groups:
+            linear = sympy.Integer(0)
+            for k in range(ni, ne):
+                linear = linear * new_size[k] + index[k]
+            stride = 1
+            for k in reversed(range(oi, oe)):
+                out[k] = ModIndex(FloorDiv(linear, stride), old_size[k]) if oe - oi > 1 else linear
+                stride *= old_size[k]
+        return out
+    return reindex
+
+
+class TextOps:
+    """Op handler that writes a body as numbered statements (for ir_pre/post_fusion.txt)."""
+
+    def __init__(self):
+        self.lines, self._n = [], itertools.count()
+
+    def _emit(self, text):
+        var = f"t{next(self._n)}"
+        self.lines.append(f"{var} = {text}")
+        return var
+
+    def load(self, name, index):
+        return self._emit(f"load({name}, {index})")
+
+    def constant(self, value, dtype):
+        return f"{value!r}:{str(dtype).replace('torch.', '')}"
+
+    def indirect_indexing(self, value, size):
+        return sympy.Symbol(self._emit(f"indirect_indexing({value}, {size})"), integer=True)
+
+    def masked(self, mask, body, other):
+        return self._emit(f"masked({mask}, {body()}, {other})")
+
+    def origin(self, node):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def inject_bug(self, kind, value, node):
+        return self._emit(f"inject_bug({kind}, {value})")
+
+    def __getattr__(self, name):
+        def op(*args):
+            return self._emit(f"{name}({', '.join(str(a).replace('torch.', '') for a in args)})")
+        return op
+
+
+def format_body(buffer: "ComputedBuffer", index, rindex=None) -> list:
+    """The loop body of `buffer` as text lines over the given index variables."""
+    handler = TextOps()
+    data = buffer.data
+    result = data.inner_fn(handler, index, rindex) if isinstance(data, Reduction) else data.inner_fn(handler, index)
+    if isinstance(data, Reduction):
+        handler.lines.append(f"{data.reduction_type}-reduce {result} over {list(data.reduction_ranges)}")
+    handler.lines.append(f"store({buffer.name}, {buffer.layout.index(index)}, {result})")
+    return handler.lines

@@ -1,0 +1,685 @@
+"""FX aten graph -> tdbg loop IR.
+
+`GraphLowering` is an fx.Interpreter: each call_function node is looked up in LOWERINGS (filled
+by `@register_lowering(...)` and by one row per pointwise op of ops.TABLE); nodes without a
+lowering, with unsupported dtypes, named in `config.fallback_ops`, or beyond
+`config.max_lowered_ops` become `ExternKernel`s (aten calls in the wrapper), so no graph fails
+for a missing op.
+
+Pointwise results stay lazy (a StorageBox) when their only user is itself lowered, so they are
+inlined into that user's loop body (a counted "fusion"); otherwise they are realized into a
+ComputedBuffer. `max_lowered_ops` and `max_fusions` are counted per process in compilation
+order (see `COUNTERS`, reset with `reset_counters()`).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import operator
+from typing import Callable
+
+import sympy
+import torch
+import torch.fx
+from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
+
+from . import ir, ops as optable
+from .errors import LoweringError
+from .ir import (ComputedBuffer, ExternBuffer, ExternKernel, FixedLayout, InputBuffer, IRNode,
+                 Pointwise, Reduction, ReinterpretView, StorageBox, View)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# Per-process counters of counted applications (bisect reads them through report lines).
+COUNTERS = {"lowered": 0, "fusions": 0}
+
+
+def reset_counters() -> None:
+    COUNTERS.update(lowered=0, fusions=0)
+
+
+def take_fusion(config) -> int | None:
+    """Index of the next accepted fusion, or None when fusion is off or the budget is spent."""
+    if not config.fusion:
+        return None
+    if config.max_fusions is not None and COUNTERS["fusions"] >= config.max_fusions:
+        return None
+    COUNTERS["fusions"] += 1
+    return COUNTERS["fusions"] - 1
+
+
+LOWERINGS: dict = {}
+# Lowerings that only reinterpret their input (no loop of their own).
+VIEW_TARGETS: set = set()
+
+
+def register_lowering(*targets, view=False):
+    def deco(fn):
+        for t in targets:
+            for key in _overloads(t):
+                LOWERINGS[key] = fn
+                if view:
+                    VIEW_TARGETS.add(key)
+        return fn
+    return deco
+
+
+def _overloads(t):
+    if isinstance(t, torch._ops.OpOverloadPacket):
+        return [getattr(t, o) for o in t.overloads()]
+    return [t]
+
+
+def _meta(x):
+    """What PyTorch's promotion helpers need: a meta tensor for IR values, scalars as-is."""
+    if isinstance(x, IRNode):
+        return torch.empty(x.size, dtype=x.dtype, device="meta")
+    return x
+
+
+def with_origin(node, fn):
+    """Body that tells the op handler which FX node its statements come from."""
+    def body(ops, *index):
+        with ops.origin(node):
+            return fn(ops, *index)
+    return body
+
+
+class GraphLowering(torch.fx.Interpreter):
+    """Lowers one aten graph; results: `operations` (ComputedBuffers and ExternKernels in
+    program order), `graph_inputs`, `graph_outputs`, `lowered`, `fallbacks`, `fusions`."""
+
+    def __init__(self, gm, example_inputs, config):
+        super().__init__(gm)
+        self.config, self.example_inputs = config, example_inputs
+        self.operations, self.graph_inputs, self.graph_outputs = [], [], []
+        self.buffers: dict = {}
+        self.lowered, self.fallbacks, self.fusions = [], [], []
+        self.lazy: list = []
+        self._names = 0
+        self._inputs = iter(example_inputs)
+        self.output_nodes = set()
+        self.current_node = None
+
+    # -- naming and buffers ---------------------------------------------------------------
+    def new_name(self) -> str:
+        self._names += 1
+        return f"buf{self._names - 1}"
+
+    def register(self, buf):
+        self.buffers[buf.name] = buf
+        return buf
+
+    def realize(self, x: IRNode, stride=None):
+        """A Buffer (or strided window on one) holding `x`'s values."""
+        if isinstance(x, StorageBox):
+            if x.buffer is None:
+                x.buffer = self._materialize(x.data, x.size, stride)
+            return x.buffer
+        if x.storage() is not None:
+            return x
+        data = Pointwise(tuple(x.size), x.dtype, x.make_loader(), x.lazy_origins() or [self.current_node])
+        return self._materialize(data, x.size, stride)
+
+    def _materialize(self, data, size, stride=None):
+        layout = FixedLayout.contiguous(size, data.dtype)
+        if stride is not None:
+            cand = FixedLayout(tuple(int(s) for s in size), tuple(int(s) for s in stride), data.dtype)
+            layout = cand if cand.is_dense() else layout
+        buf = self.register(ComputedBuffer(self.new_name(), layout, data))
+        self.operations.append(buf)
+        return buf
+
+    def reduction_buffer(self, node, red: Reduction):
+        return self._materialize(red, red.ranges, self._output_stride(node))
+
+    def _output_stride(self, node):
+        val = node.meta.get("val")
+        return val.stride() if node in self.output_nodes and isinstance(val, torch.Tensor) else None
+
+    # -- interpreter ----------------------------------------------------------------------
+    def run(self, *args, **kwargs):
+        out = self.graph.output_node() if hasattr(self.graph, "output_node") else list(self.graph.nodes)[-1]
+        self.output_nodes = {n for n in out.all_input_nodes}
+        return super().run(*args, **kwargs)
+
+    def placeholder(self, target, args, kwargs):
+        example = next(self._inputs)
+        if not isinstance(example, torch.Tensor):
+            return example
+        layout = FixedLayout(tuple(example.shape), tuple(example.stride()), example.dtype)
+        buf = self.register(InputBuffer(self.current_node.name, layout))
+        self.graph_inputs.append(buf)
+        return buf
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if not isinstance(value, torch.Tensor):
+            return value
+        layout = FixedLayout(tuple(value.shape), tuple(value.stride()), value.dtype)
+        buf = self.register(InputBuffer(self.current_node.name, layout))
+        buf.constant = value
+        self.graph_inputs.append(buf)
+        return buf
+
+    def run_node(self, n):
+        self.current_node = n
+        return super().run_node(n)
+
+    def call_function(self, target, args, kwargs):
+        node = self.current_node
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if self.should_lower(node):
+            index = COUNTERS["lowered"]
+            COUNTERS["lowered"] += 1
+            try:
+                result = LOWERINGS[target](self, node, *args, **kwargs)
+            except NotImplementedError:
+                COUNTERS["lowered"] -= 1
+                return self.fallback(node, args, kwargs)
+            self.lowered.append({"index": index, "fx_node": node.name, "target": str(target)})
+            result = self._after_lowering(node, result)
+            return result
+        return self.fallback(node, args, kwargs)
+
+    def output(self, target, args, kwargs):
+        flat, spec = torch.utils._pytree.tree_flatten(args[0])
+        nodes = torch.utils._pytree.tree_flatten(self.current_node.args[0])[0]
+        for value, fx in zip(flat, nodes):
+            if isinstance(value, (StorageBox, View)) or (isinstance(value, IRNode) and value.storage() is None):
+                value = self.realize(value, self._output_stride(fx) if isinstance(fx, torch.fx.Node) else None)
+            self.graph_outputs.append(value)
+        self.output_spec = spec
+        return None
+
+    # -- lowering decisions -----------------------------------------------------------------
+    def should_lower(self, node) -> bool:
+        target = node.target
+        if target not in LOWERINGS:
+            return False
+        if any(optable.op_matches(spec, target) for spec in self.config.fallback_ops):
+            return False
+        if self.config.max_lowered_ops is not None and COUNTERS["lowered"] >= self.config.max_lowered_ops:
+            return False
+        return all(t.dtype in optable.SUPPORTED_DTYPES and t.device.type == "cpu" and t.layout == torch.strided
+                   for t in _tensors_of(node))
+
+    def _user_inlines(self, user) -> bool:
+        return user.op == "call_function" and user.target in LOWERINGS and user.target is not operator.getitem
+
+    def _after_lowering(self, node, result):
+        if not isinstance(result, StorageBox):
+            return result
+        result.data.origins = _unique([node] + [o for o in result.data.origins if o is not node])
+        bug = self.config.inject_bug
+        if bug is not None and optable.op_matches(bug[0], node.target):
+            result.data.inner_fn = _inject(result.data.inner_fn, bug[1], node)
+        users = list(node.users)
+        keep_lazy = (len(users) == 1 and self._user_inlines(users[0]) and node not in self.output_nodes
+                     and len(result.data.origins) < self.config.max_fusion_size)
+        fusion = take_fusion(self.config) if keep_lazy else None
+        if fusion is None:
+            self.realize(result, self._output_stride(node))
+        else:
+            self.fusions.append({"index": fusion, "nodes": [o.name for o in result.data.origins] + [users[0].name],
+                                 "node": users[0].name})
+            self.lazy.append(result)
+        return result
+
+    # -- building blocks used by lowerings ----------------------------------------------------
+    def pointwise(self, node, size, dtype, fn, inputs=()) -> StorageBox:
+        origins = [node] + [o for x in inputs if isinstance(x, IRNode) for o in x.lazy_origins()]
+        return StorageBox(Pointwise(tuple(int(s) for s in size), dtype, with_origin(node, fn), _unique(origins)))
+
+    def fallback(self, node, args, kwargs):
+        """Run `node` through aten in the wrapper."""
+        mutating = getattr(getattr(node.target, "_schema", None), "is_mutable", False)
+        if mutating:
+            for box in self.lazy:
+                self.realize(box)
+
+        def ref(x):
+            if isinstance(x, IRNode):
+                return self.realize(x)
+            return x
+        args = torch.utils._pytree.tree_map(ref, args)
+        kwargs = torch.utils._pytree.tree_map(ref, kwargs)
+        inputs = [x for x in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(x, IRNode)]
+        kernel = ExternKernel(self.new_name(), node.target, args, kwargs, node, inputs)
+        if mutating:
+            kernel.mutated = [_storage_buffer(a) for a, arg in zip(args, node.target._schema.arguments)
+                              if isinstance(a, IRNode) and arg.alias_info is not None and arg.alias_info.is_write]
+        self.operations.append(kernel)
+        self.fallbacks.append({"fx_node": node.name, "target": str(node.target)})
+        return self._extern_outputs(kernel, node.meta.get("val"), kernel.name)
+
+    def _extern_outputs(self, kernel, val, expr):
+        if isinstance(val, torch.Tensor):
+            layout = FixedLayout(tuple(val.shape), tuple(val.stride()), val.dtype)
+            name = kernel.name if expr == kernel.name else f"{kernel.name}_{len(kernel.outputs)}"
+            buf = self.register(ExternBuffer(name, layout, kernel, expr))
+            kernel.outputs.append(buf)
+            return buf
+        if isinstance(val, (list, tuple)):
+            return type(val)(self._extern_outputs(kernel, v, f"{expr}[{i}]") for i, v in enumerate(val))
+        return val
+
+
+def _storage_buffer(x):
+    st = x.storage()
+    return st[0] if st else x
+
+
+def _unique(seq):
+    return list(dict.fromkeys(seq))
+
+
+def _tensors_of(node):
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return [t for t in torch.utils._pytree.tree_leaves(vals) if isinstance(t, torch.Tensor)]
+
+
+def _inject(fn, kind, node):
+    def body(ops, *index):
+        return ops.inject_bug(kind, fn(ops, *index), node)
+    return body
+
+
+def lowering_error(node, message):
+    """The error for a node that could not be lowered and could not fall back."""
+    shapes = [f"{tuple(a.meta['val'].shape)}:{a.meta['val'].dtype}" for a in node.all_input_nodes
+              if isinstance(a.meta.get("val"), torch.Tensor)]
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    source = "\n".join(trace[-2:]) if trace else ""
+    return LoweringError(message, node=node.name, target=str(node.target), inputs=shapes, source=source)
+
+
+
+# ---- operands ------------------------------------------------------------------------------
+
+def operand(x, size, dtype) -> Callable:
+    """Loader of `x` (IR value or Python scalar) broadcast to `size`, converted to `dtype`."""
+    if isinstance(x, IRNode):
+        load, reindex = x.make_loader(), ir.broadcast_reindex(x.size, size)
+        return lambda ops, index: ops.to_dtype(load(ops, reindex(index)), dtype)
+    return lambda ops, index: ops.constant(x, dtype)
+
+
+def _out(node):
+    val = node.meta["val"]
+    return tuple(int(s) for s in val.shape), val.dtype
+
+
+def _compute_dtype(args, kind):
+    return elementwise_dtypes(*[_meta(a) for a in args], type_promotion_kind=kind)[0]
+
+
+def lower_row(row, g, node, *args, alpha=1, **kwargs):
+    """One pointwise table row: promote, broadcast, apply ops.<row.name>, convert to the result."""
+    if kwargs:
+        raise NotImplementedError(f"{row.name} with {sorted(kwargs)}")
+    size, out_dtype = _out(node)
+    compute = _compute_dtype(args, row.promotion_kind)
+    loaders = [operand(a, size, compute) for a in args]
+    if alpha != 1:
+        base = loaders[-1]
+        loaders[-1] = lambda ops, index: ops.mul(base(ops, index), ops.constant(alpha, compute))
+    op = row.name
+
+    def fn(ops, index):
+        return ops.to_dtype(getattr(ops, op)(*[load(ops, index) for load in loaders]), out_dtype)
+    return g.pointwise(node, size, out_dtype, fn, args)
+
+
+for _row in optable.POINTWISE:
+    register_lowering(*_row.aten)(functools.partial(lower_row, _row))
+
+
+@register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def lower_where(g, node, cond, a, b):
+    size, out_dtype = _out(node)
+    loaders = [operand(cond, size, torch.bool), operand(a, size, out_dtype), operand(b, size, out_dtype)]
+    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.where(*[l(ops, i) for l in loaders]), (cond, a, b))
+
+
+@register_lowering(aten.clamp, aten.clamp_min, aten.clamp_max)
+def lower_clamp(g, node, x, lo=None, hi=None):
+    size, out_dtype = _out(node)
+    if node.target in _overloads(aten.clamp_max):
+        lo, hi = None, lo
+    bounds = [(op, operand(v, size, out_dtype)) for op, v in (("maximum", lo), ("minimum", hi)) if v is not None]
+    load = operand(x, size, out_dtype)
+
+    def fn(ops, index):
+        v = load(ops, index)
+        for op, bound in bounds:
+            v = getattr(ops, op)(v, bound(ops, index))
+        return v
+    return g.pointwise(node, size, out_dtype, fn, (x, lo, hi))
+
+
+@register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def lower_div_mode(g, node, a, b, *, rounding_mode=None):
+    size, out_dtype = _out(node)
+    op = {None: "div", "trunc": "truncdiv", "floor": "floordiv"}[rounding_mode]
+    compute = _compute_dtype((a, b), PROMO.DEFAULT if rounding_mode else PROMO.INT_TO_FLOAT)
+    la, lb = operand(a, size, compute), operand(b, size, compute)
+    return g.pointwise(node, size, out_dtype,
+                       lambda ops, i: ops.to_dtype(getattr(ops, op)(la(ops, i), lb(ops, i)), out_dtype), (a, b))
+
+
+@register_lowering(prims.convert_element_type, aten._to_copy, aten.clone, aten.copy, aten.lift_fresh_copy)
+def lower_copy(g, node, x, *rest, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None, non_blocking=False):
+    if device is not None and torch.device(device).type != "cpu" or layout not in (None, torch.strided):
+        raise NotImplementedError("copy across devices or layouts")
+    size, out_dtype = _out(node)
+    src = rest[0] if node.target in _overloads(aten.copy) else x
+    load = operand(src, size, out_dtype)
+    return g.pointwise(node, size, out_dtype, load, (src,))
+
+
+@register_lowering(aten.full, aten.scalar_tensor)
+def lower_full(g, node, *args, **kwargs):
+    size, out_dtype = _out(node)
+    value = args[-1]
+    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.constant(value, out_dtype))
+
+
+@register_lowering(aten.arange, prims.iota)
+def lower_arange(g, node, *args, **kwargs):
+    size, out_dtype = _out(node)
+    if node.target in _overloads(prims.iota):
+        start, step = kwargs.get("start", args[1] if len(args) > 1 else 0), kwargs.get("step", args[2] if len(args) > 2 else 1)
+    else:
+        nums = [a for a in args if isinstance(a, (int, float))]
+        start, step = (nums[0] if len(nums) > 1 else 0), (nums[2] if len(nums) > 2 else kwargs.get("step", 1))
+    compute = torch.float64 if out_dtype.is_floating_point else torch.int64
+
+    def fn(ops, index):
+        i = ops.index_expr(index[0], compute)
+        v = ops.add(ops.mul(i, ops.constant(step, compute)), ops.constant(start, compute))
+        return ops.to_dtype(v, out_dtype)
+    return g.pointwise(node, size, out_dtype, fn)
+
+
+# ---- views: strided windows on buffers when possible, index remaps otherwise ---------------
+
+def _reshape(x, size, *_):
+    return ir.reshape_reindex(x.size, size)
+
+
+def _transpose(x, size, d0=0, d1=1):
+    dims = list(range(len(x.size)))
+    d0, d1 = d0 % max(len(dims), 1), d1 % max(len(dims), 1)
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return ir.permute_reindex(dims)
+
+
+def _slice(x, size, dim=0, start=None, end=None, step=1):
+    dim = dim % len(x.size)
+    start = 0 if start is None else start
+    start = min(max(start + x.size[dim] if start < 0 else start, 0), x.size[dim])
+
+    def reindex(index):
+        index = list(index)
+        index[dim] = start + step * index[dim]
+        return index
+    return reindex
+
+
+def _select(x, size, dim, i):
+    dim = dim % len(x.size)
+    i = i + x.size[dim] if i < 0 else i
+
+    def reindex(index):
+        index = list(index)
+        index.insert(dim, sympy.Integer(i))
+        return index
+    return reindex
+
+
+VIEW_REINDEX = {
+    aten.view: _reshape, aten.reshape: _reshape, aten._unsafe_view: _reshape,
+    aten.squeeze: _reshape, aten.unsqueeze: _reshape,
+    aten.permute: lambda x, size, dims: ir.permute_reindex([d % len(x.size) for d in dims]),
+    aten.transpose: _transpose,
+    aten.t: lambda x, size: _transpose(x, size, 0, 1) if len(x.size) == 2 else (lambda i: i),
+    aten.expand: lambda x, size, *_, **__: ir.broadcast_reindex(x.size, size),
+    aten.slice: _slice, aten.select: _select,
+    aten.alias: lambda x, size: (lambda i: i), aten.detach: lambda x, size: (lambda i: i),
+    aten.as_strided: None,
+}
+
+
+def _strided_meta(layout):
+    base = torch.empty(max(layout.storage_numel(), 1), dtype=layout.dtype, device="meta")
+    return base.as_strided(layout.size, layout.stride, layout.offset)
+
+
+def lower_view(g, node, x, *args, **kwargs):
+    """A ReinterpretView when `x` lives in a buffer and aten's own view gives a window on it;
+    otherwise a View whose reindex maps output indices to `x`'s indices."""
+    size, _ = _out(node)
+    reindex = VIEW_REINDEX[node.target.overloadpacket]
+    if reindex is None and x.storage() is None:
+        x = g.realize(x)
+    st = x.storage()
+    if st is not None:
+        buf, layout = st
+        m = _strided_meta(layout)
+        try:
+            out = node.target(m, *args, **kwargs)
+        except RuntimeError:
+            out = None
+        if out is not None and torch._C._is_alias_of(out, m):
+            return ReinterpretView(buf, FixedLayout(tuple(out.shape), tuple(out.stride()), layout.dtype,
+                                                    out.storage_offset()))
+    if reindex is None:
+        raise NotImplementedError("as_strided on a non-strided value")
+    return View(x, size, reindex(x, size, *args, **kwargs))
+
+
+for _packet in VIEW_REINDEX:
+    register_lowering(_packet, view=True)(lower_view)
+
+
+# ---- data movement -------------------------------------------------------------------------
+
+@register_lowering(aten.cat)
+def lower_cat(g, node, tensors, dim=0):
+    size, out_dtype = _out(node)
+    dim = dim % len(size)
+    parts, offset = [], 0
+    for t in tensors:
+        if len(t.size) != len(size):   # legacy 1-D empty inputs take no part
+            continue
+        parts.append((offset, offset + t.size[dim], t.make_loader()))
+        offset += t.size[dim]
+
+    def fn(ops, index):
+        value = None
+        for lo, hi, load in reversed(parts):
+            shifted = list(index)
+            shifted[dim] = index[dim] - lo
+            inner = functools.partial(lambda l, s: ops.to_dtype(l(ops, s), out_dtype), load, shifted)
+            if value is None:
+                value = inner()
+            else:
+                mask = ops.lt(ops.index_expr(index[dim], torch.int64), ops.constant(hi, torch.int64))
+                value = ops.masked(mask, inner, value)
+        return value
+    return g.pointwise(node, size, out_dtype, fn, tensors)
+
+
+@register_lowering(aten.constant_pad_nd)
+def lower_pad(g, node, x, pad, value=0):
+    size, out_dtype = _out(node)
+    load, nd = x.make_loader(), len(size)
+    before = {nd - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
+
+    def fn(ops, index):
+        src = [index[d] - before.get(d, 0) for d in range(nd)]
+        masks = []
+        for d, p in before.items():
+            masks.append(ops.ge(ops.index_expr(src[d], torch.int64), ops.constant(0, torch.int64)))
+            masks.append(ops.lt(ops.index_expr(src[d], torch.int64), ops.constant(x.size[d], torch.int64)))
+        if not masks:
+            return ops.to_dtype(load(ops, src), out_dtype)
+        mask = functools.reduce(ops.logical_and, masks)
+        return ops.masked(mask, lambda: ops.to_dtype(load(ops, src), out_dtype), ops.constant(value, out_dtype))
+    return g.pointwise(node, size, out_dtype, fn, (x,))
+
+
+def _indirect(ops, index_loader, idx, bound):
+    return ops.indirect_indexing(ops.to_dtype(index_loader(ops, idx), torch.int64), bound)
+
+
+@register_lowering(aten.embedding)
+def lower_embedding(g, node, weight, indices, *_, **__):
+    size, out_dtype = _out(node)
+    wl, il, k = weight.make_loader(), indices.make_loader(), len(indices.size)
+
+    def fn(ops, index):
+        row = _indirect(ops, il, index[:k], weight.size[0])
+        return wl(ops, [row] + list(index[k:]))
+    return g.pointwise(node, size, out_dtype, fn, (weight, indices))
+
+
+@register_lowering(aten.index_select)
+def lower_index_select(g, node, x, dim, index_t):
+    size, out_dtype = _out(node)
+    dim = dim % max(len(x.size), 1)
+    xl, il = x.make_loader(), index_t.make_loader()
+
+    def fn(ops, index):
+        index = list(index)
+        if x.size:
+            index[dim] = _indirect(ops, il, [index[dim]] if index_t.size else [], x.size[dim])
+        return xl(ops, index)
+    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
+
+
+@register_lowering(aten.gather)
+def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
+    size, out_dtype = _out(node)
+    dim = dim % max(len(x.size), 1)
+    xl, il = x.make_loader(), index_t.make_loader()
+
+    def fn(ops, index):
+        index = list(index)
+        if x.size:
+            index[dim] = _indirect(ops, il, list(index), x.size[dim])
+        return xl(ops, index)
+    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
+
+
+# ---- reductions ----------------------------------------------------------------------------
+
+def make_reduction(g, node, x, dims, keepdim, rtype, out_dtype, load=None, src_dtype=None):
+    """Realize a Reduction of `x` over `dims` (None or [] = all) into a ComputedBuffer."""
+    nd = len(x.size)
+    dims = sorted({d % nd for d in dims}) if dims and nd else list(range(nd))
+    kept = [i for i in range(nd) if i not in dims]
+    ranges = tuple(1 if i in dims else x.size[i] for i in range(nd)) if keepdim else tuple(x.size[i] for i in kept)
+    load = load or x.make_loader()
+
+    def fn(ops, index, rindex):
+        full = [None] * nd
+        for k, i in enumerate(kept):
+            full[i] = index[i] if keepdim else index[k]
+        for k, d in enumerate(dims):
+            full[d] = rindex[k]
+        return load(ops, full)
+    fn = with_origin(node, fn)
+    bug = g.config.inject_bug
+    if bug is not None and optable.op_matches(bug[0], node.target):
+        fn = _inject(fn, bug[1], node)
+    red = Reduction(ranges, out_dtype, fn, [node] + x.lazy_origins(), tuple(x.size[d] for d in dims),
+                    rtype, src_dtype or x.dtype)
+    return g.reduction_buffer(node, red)
+
+
+def _norm_dims(dim):
+    if dim is None:
+        return None
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _simple_reduction(rtype):
+    def lower(g, node, x, dim=None, keepdim=False, *, dtype=None):
+        if isinstance(node.meta["val"], (tuple, list)):
+            raise NotImplementedError("multi-output form")
+        return make_reduction(g, node, x, _norm_dims(dim), keepdim, rtype, _out(node)[1])
+    return lower
+
+
+for _rtype, _targets in {"sum": (aten.sum,), "prod": (aten.prod,), "max": (aten.amax, aten.max.default),
+                         "min": (aten.amin, aten.min.default), "argmax": (aten.argmax,),
+                         "argmin": (aten.argmin,), "any": (aten.any,), "all": (aten.all,)}.items():
+    register_lowering(*_targets)(_simple_reduction(_rtype))
+
+
+@register_lowering(aten.max.dim, aten.min.dim)
+def lower_max_dim(g, node, x, dim, keepdim=False):
+    kind = node.target.overloadpacket.__name__
+    values = make_reduction(g, node, x, [dim], keepdim, kind, x.dtype)
+    indices = make_reduction(g, node, x, [dim], keepdim, "arg" + kind, torch.int64)
+    return (values, indices)
+
+
+def _count(x, dims):
+    nd = len(x.size)
+    dims = sorted({d % nd for d in dims}) if dims and nd else list(range(nd))
+    return math.prod(x.size[d] for d in dims)
+
+
+@register_lowering(aten.mean)
+def lower_mean(g, node, x, dim=None, keepdim=False, *, dtype=None):
+    size, out_dtype = _out(node)
+    total = make_reduction(g, node, x, _norm_dims(dim), keepdim, "sum", out_dtype)
+    n = _count(x, _norm_dims(dim))
+    load = total.make_loader()
+    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(load(ops, i), ops.constant(n, out_dtype)))
+
+
+def _variance(g, node, x, dim, correction, keepdim, out_dtype):
+    """Two passes: the mean, then the sum of squared deviations (both reductions share loops)."""
+    dims = _norm_dims(dim)
+    n = _count(x, dims)
+    total = make_reduction(g, node, x, dims, True, "sum", out_dtype)
+    xl, tl = x.make_loader(), total.make_loader()
+    nd = len(x.size)
+    red = set(d % nd for d in dims) if dims and nd else set(range(nd))
+
+    def sq_dev(ops, index):
+        mean = ops.div(tl(ops, [sympy.Integer(0) if d in red else i for d, i in enumerate(index)]),
+                       ops.constant(n, out_dtype))
+        dev = ops.sub(ops.to_dtype(xl(ops, index), out_dtype), mean)
+        return ops.mul(dev, dev)
+    ss = make_reduction(g, node, x, dims, keepdim, "sum", out_dtype, load=with_origin(node, sq_dev))
+    correction = 1 if correction is None else correction
+    size = ss.size
+    sl = ss.make_loader()
+    var = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(sl(ops, i), ops.constant(max(n - correction, 0), out_dtype)))
+    return var, total, n
+
+
+@register_lowering(aten.var.correction)
+def lower_var(g, node, x, dim=None, *, correction=None, keepdim=False):
+    return _variance(g, node, x, dim, correction, keepdim, _out(node)[1])[0]
+
+
+@register_lowering(aten.var_mean.correction)
+def lower_var_mean(g, node, x, dim=None, *, correction=None, keepdim=False):
+    out_dtype = node.meta["val"][0].dtype
+    var, total, n = _variance(g, node, x, dim, correction, keepdim, out_dtype)
+    g.realize(var)
+    size = var.size
+    tl = total.make_loader() if keepdim else View(total, size, ir.reshape_reindex(total.size, size)).make_loader()
+    mean = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(tl(ops, i), ops.constant(n, out_dtype)))
+    g.realize(mean)
+    return (var, mean)

@@ -1,0 +1,288 @@
+"""Scheduling: dependencies, fusion, dead-buffer elimination and memory planning.
+
+Input: the lowering's `operations` (ComputedBuffers and ExternKernels in program order).
+Output: a list of `KernelGroup`s (one C++ kernel each) and `ExternNode`s in execution order,
+plus a `MemoryPlan`.
+
+Fusion rules (each accepted decision is a counted fusion, see lowering.take_fusion):
+- a node may join an earlier kernel group only if its iteration space (the non-1 outer sizes)
+  is the same and every buffer it reads from that group is read at exactly the index the
+  producer stores it at (vertical: producer -> consumer, incl. reductions feeding pointwise
+  epilogues and reductions sharing outer loops); otherwise it joins as a sibling over the same
+  space (horizontal) when it does not read the group's buffers at all;
+- it may never move before a group producing (or mutating) anything it reads;
+- a group holds at most `config.max_fusion_size` nodes.
+Buffers produced and read only inside one group (and not graph outputs) become C++ locals.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+
+from . import ir
+from .ir import ComputedBuffer, ExternKernel, Reduction
+from .lowering import take_fusion
+from .ops import op_name
+from .trace import get_logger
+
+log = get_logger("schedule")
+
+
+class _ReadsOps:
+    """Op handler that records loads (buffer name -> index expressions) and nothing else."""
+
+    def __init__(self):
+        self.reads: dict = {}
+        self._ind = itertools.count()
+
+    def load(self, name, index):
+        self.reads.setdefault(name, []).append(sympy.expand(index))
+        return None
+
+    def indirect_indexing(self, value, size):
+        return sympy.Symbol(f"indirect{next(self._ind)}", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def origin(self, node):
+        return contextlib.nullcontext()
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def _canonical_index(sizes, prefix):
+    """Index list over `sizes` with variables only for dims of size != 1; the loop sizes."""
+    index, loop, k = [], [], 0
+    for s in sizes:
+        if int(s) == 1:
+            index.append(sympy.Integer(0))
+        else:
+            index.append(ir.index_var(prefix, k))
+            loop.append(int(s))
+            k += 1
+    return index, tuple(loop)
+
+
+class SchedulerNode:
+    """One ComputedBuffer with its canonical loop variables, reads and store index."""
+
+    def __init__(self, buffer: ComputedBuffer):
+        self.buffer, self.name = buffer, buffer.name
+        data = buffer.data
+        self.index, self.ranges = _canonical_index(data.ranges, "x")
+        self.is_reduction = isinstance(data, Reduction)
+        if self.is_reduction:
+            self.rindex, self.rranges = _canonical_index(data.reduction_ranges, "r")
+        else:
+            self.rindex, self.rranges = [], ()
+        self.store_index = sympy.expand(buffer.store_index(self.index))
+        handler = _ReadsOps()
+        self.body(handler)
+        self.reads = handler.reads
+        self.origins = buffer.origins
+        self.local = False
+
+    def body(self, ops):
+        if self.is_reduction:
+            return self.buffer.data.inner_fn(ops, self.index, self.rindex)
+        return self.buffer.data.inner_fn(ops, self.index)
+
+    def read_names(self):
+        return set(self.reads)
+
+    def __repr__(self):
+        return f"SchedulerNode({self.name})"
+
+
+class ExternNode:
+    def __init__(self, kernel: ExternKernel):
+        self.kernel, self.name = kernel, kernel.name
+        self.reads = {b.name: [] for x in kernel.inputs for b in [_buffer_of(x)]}
+        self.writes = [b.name for b in kernel.outputs] + [b.name for b in kernel.mutated]
+        self.origins = [kernel.node]
+
+    def read_names(self):
+        return set(self.reads)
+
+
+def _buffer_of(x):
+    st = x.storage()
+    return st[0] if st else x
+
+
+@dataclass
+class KernelGroup:
+    nodes: list
+    ranges: tuple
+    name: str = ""
+    fusions: list = field(default_factory=list)   # indices of counted fusions inside
+
+    @property
+    def writes(self):
+        return [n.name for n in self.nodes]
+
+    def origins(self):
+        return list(dict.fromkeys(o for n in self.nodes for o in n.origins))
+
+
+def _fusable(group: KernelGroup, node: SchedulerNode, produced_by: dict, config) -> Optional[str]:
+    """Why `node` may join `group` ("vertical"/"horizontal"), or None."""
+    if group.ranges != node.ranges or len(group.nodes) >= config.max_fusion_size:
+        return None
+    inside = {n.name: n for n in group.nodes}
+    shared = [name for name in node.reads if name in inside]
+    for name in shared:
+        if any(idx != inside[name].store_index for idx in node.reads[name]):
+            return None
+    return "vertical" if shared else "horizontal"
+
+
+def schedule(operations, graph_outputs, config):
+    """Return (items, fusions): items are KernelGroups and ExternNodes in execution order."""
+    operations = eliminate_dead(operations, graph_outputs)
+    items, produced_by, fusions = [], {}, []
+    for op in operations:
+        if isinstance(op, ExternKernel):
+            node = ExternNode(op)
+            for name in node.writes:
+                produced_by[name] = len(items)
+            items.append(node)
+            continue
+        node = SchedulerNode(op)
+        first = max((produced_by.get(name, -1) for name in node.read_names()), default=-1)
+        placed = False
+        for pos in range(max(first, 0), len(items)):
+            group = items[pos]
+            if not isinstance(group, KernelGroup):
+                continue
+            reason = _fusable(group, node, produced_by, config)
+            if reason is None:
+                continue
+            index = take_fusion(config)
+            if index is None:
+                log.info("not fusing %s into %s: fusion budget spent or fusion disabled", node.name, group.writes)
+                break
+            log.info("fuse %s into %s (%s, ranges %s)", node.name, group.writes, reason, list(node.ranges))
+            fusions.append({"index": index, "nodes": [*group.writes, node.name], "group": pos})
+            group.nodes.append(node)
+            produced_by[node.name] = pos
+            placed = True
+            break
+        if not placed:
+            produced_by[node.name] = len(items)
+            items.append(KernelGroup([node], node.ranges))
+    _mark_locals(items, graph_outputs)
+    return items, fusions
+
+
+def eliminate_dead(operations, graph_outputs):
+    """Drop computed buffers and side-effect-free extern calls nothing needs."""
+    needed = {_buffer_of(o).name for o in graph_outputs if isinstance(o, ir.IRNode)}
+    kept = []
+    for op in reversed(operations):
+        if isinstance(op, ExternKernel):
+            live = op.mutated or any(b.name in needed for b in op.outputs)
+            if live:
+                needed.update(_buffer_of(x).name for x in op.inputs)
+        else:
+            live = op.name in needed
+            if live:
+                handler = _ReadsOps()
+                _collect(op, handler)
+                needed.update(handler.reads)
+        if live:
+            kept.append(op)
+        else:
+            log.info("dead buffer eliminated: %s", op.name)
+    return kept[::-1]
+
+
+def _collect(buffer, handler):
+    data = buffer.data
+    index = [ir.index_var("x", i) for i in range(len(data.ranges))]
+    if isinstance(data, Reduction):
+        data.inner_fn(handler, index, [ir.index_var("r", i) for i in range(len(data.reduction_ranges))])
+    else:
+        data.inner_fn(handler, index)
+
+
+def _mark_locals(items, graph_outputs):
+    outputs = {_buffer_of(o).name for o in graph_outputs if isinstance(o, ir.IRNode)}
+    readers: dict = {}
+    for pos, item in enumerate(items):
+        nodes = item.nodes if isinstance(item, KernelGroup) else [item]
+        for n in nodes:
+            for name in n.read_names():
+                readers.setdefault(name, set()).add(pos)
+    for pos, item in enumerate(items):
+        if isinstance(item, KernelGroup):
+            for n in item.nodes:
+                n.local = n.name not in outputs and readers.get(n.name, set()) <= {pos}
+
+
+@dataclass
+class MemoryPlan:
+    """Per item: buffers to allocate before it (name, reused name or None) and to free after."""
+    allocs: list
+    frees: list
+    reused: set = field(default_factory=set)
+
+
+def plan_memory(items, graph_inputs, graph_outputs) -> MemoryPlan:
+    """Free each buffer after its last use; a new buffer takes the storage of a dead one with
+    the same size, stride and dtype (never an input, an output or an extern's result)."""
+    outputs = {_buffer_of(o).name for o in graph_outputs if isinstance(o, ir.IRNode)}
+    inputs = {b.name for b in graph_inputs}
+    last_use: dict = {}
+    for pos, item in enumerate(items):
+        nodes = item.nodes if isinstance(item, KernelGroup) else [item]
+        for n in nodes:
+            for name in n.read_names():
+                last_use[name] = pos
+    allocs, frees, pool, reused = [], [], {}, set()
+    locals_ = {n.name for it in items if isinstance(it, KernelGroup) for n in it.nodes if n.local}
+    for pos, item in enumerate(items):
+        here = []
+        if isinstance(item, KernelGroup):
+            for n in item.nodes:
+                if n.local:
+                    continue
+                layout = n.buffer.layout
+                key = (layout.size, layout.stride, layout.dtype)
+                reuse = pool.get(key, [None]).pop() if pool.get(key) else None
+                here.append((n.name, reuse))
+                if reuse is not None:
+                    reused.add(reuse)
+                last_use.setdefault(n.name, pos)
+        allocs.append(here)
+        dead = [name for name, last in last_use.items() if last == pos and name not in outputs and name not in inputs]
+        written = item.writes if isinstance(item, KernelGroup) else item.writes
+        dead += [w for w in written if w not in last_use and w not in outputs]
+        dead = [name for name in dead if name not in locals_]
+        frees.append(sorted(set(dead)))
+        for name in dead:
+            node = _find(items, name)
+            if node is not None and not node.local:
+                layout = node.buffer.layout
+                pool.setdefault((layout.size, layout.stride, layout.dtype), []).append(name)
+    return MemoryPlan(allocs, frees, reused)
+
+
+def _find(items, name):
+    for item in items:
+        if isinstance(item, KernelGroup):
+            for n in item.nodes:
+                if n.name == name:
+                    return n
+    return None
+
+
+def kernel_name(group: KernelGroup, n: int) -> str:
+    names = sorted({op_name(o.target) for o in group.origins() if getattr(o, "op", "") == "call_function"})
+    return "cpp_fused_" + "_".join(names[:8] + ([] if names else ["kernel"])) + f"_{n}"

@@ -1,0 +1,307 @@
+"""The wrapper: renders `output_code.py` and provides the helpers that module calls at runtime.
+
+`output_code.py` holds the kernels' C++ source as strings, `load(config)` (builds and loads
+the kernels through tdbg.compiler.build), `make_call(kernels, constants)` returning
+`call(args)` (allocates buffers with torch.empty_strided, calls kernels through ctypes with
+data_ptr()s, runs extern aten calls in between, returns the outputs) and a `__main__` that runs
+the graph on random inputs of the compiled shapes and prints its time.
+
+Kernel status codes: a non-zero return is 1 + the index into STATUS[kernel] naming the FX node
+and the reason; `kernel_failed` turns it into KernelRuntimeError.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+
+import torch
+
+from .errors import KernelRuntimeError
+from .ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, IRNode, ReinterpretView
+from .scheduler import ExternNode, KernelGroup
+
+# ---- runtime helpers (imported by output_code.py) ----------------------------------------
+
+
+def load_kernels(sources: dict, nargs: dict, config=None) -> dict:
+    """{kernel name: ctypes function} built from `sources` under `config`."""
+    from . import build
+    from .config import current
+    config = config or current()
+    libs = build.build_kernels({n: f'#include "{build.PRELUDE_NAME}"\n' + s for n, s in sources.items()}, config)
+    kernels = {}
+    for name, path in libs.items():
+        fn = build.load_kernel(path, name)
+        fn.argtypes = [ctypes.c_void_p] * nargs[name]
+        fn.restype = ctypes.c_int
+        kernels[name] = fn
+    return kernels
+
+
+def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
+    """`t` when its strides already are `stride` (ignoring size-1 dims), else a copy that has them."""
+    if all(s == e or n == 1 for s, e, n in zip(t.stride(), stride, t.shape)):
+        return t
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def as_strided(t: torch.Tensor, size, stride, offset) -> torch.Tensor:
+    return torch.as_strided(t, size, stride, t.storage_offset() + offset)
+
+
+def kernel_failed(status: int, kernel: str, table: dict, sources: dict):
+    fx_node, message = table[kernel][status - 1] if 0 < status <= len(table[kernel]) else ("?", f"status {status}")
+    raise KernelRuntimeError(f"{message} (FX node {fx_node})", kernel=kernel, fx_nodes=(fx_node,),
+                             source=sources.get(kernel, ""))
+
+
+def random_input(size, stride, dtype) -> torch.Tensor:
+    out = torch.empty_strided(size, stride, dtype=dtype)
+    if dtype.is_floating_point:
+        return out.copy_(torch.randn(size, dtype=dtype))
+    if dtype == torch.bool:
+        return out.copy_(torch.randint(0, 2, size).bool())
+    return out.copy_(torch.randint(0, 2, size, dtype=dtype))
+
+
+def main(graph: str, call, inputs: list, constants: dict, repeat: int = 10) -> None:
+    args = [random_input(*spec) for spec in inputs]
+    call(list(args))
+    start = time.perf_counter()
+    for _ in range(repeat):
+        call(list(args))
+    per_call = (time.perf_counter() - start) / repeat
+    print(f"{graph}: {per_call * 1e3:.3f} ms per call ({repeat} calls)")
+
+
+# ---- rendering -----------------------------------------------------------------------------
+
+def pyexpr(x) -> str:
+    """Python source for an extern call argument or a graph output."""
+    if isinstance(x, ReinterpretView):
+        lay = x.layout
+        return f"_as_strided({x.buffer.name}, {tuple(lay.size)}, {tuple(lay.stride)}, {lay.offset})"
+    if isinstance(x, Buffer):
+        return x.name
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(pyexpr(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    if isinstance(x, torch.dtype):
+        return str(x)
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, (torch.memory_format, torch.layout)):
+        return str(x)
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return f"float({str(x)!r})"
+    return repr(x)
+
+
+class WrapperCodegen:
+    """Renders output_code.py for one compiled graph."""
+
+    def __init__(self, name, graph_inputs, graph_outputs, items, plan, kernels, config, graph_number, buffers):
+        self.name, self.graph_inputs, self.graph_outputs = name, graph_inputs, graph_outputs
+        self.buffers = buffers
+        self.items, self.plan, self.kernels, self.config = items, plan, kernels, config
+        self.graph_number = graph_number
+        self.lines = []
+
+    def line(self, text, depth=2):
+        self.lines.append("    " * depth + text)
+
+    def render(self) -> str:
+        head = [f"# tdbg output code for graph {self.name}",
+                "# Run `python output_code.py` to time this graph on random inputs.",
+                "import torch", "from torch import empty_strided",
+                "from tdbg.compiler.wrapper import (as_strided as _as_strided, kernel_failed as _kernel_failed,",
+                "                                   load_kernels, main as _main, restride as _restride)",
+                "aten = torch.ops.aten", "prims = torch.ops.prims", "",
+                f"GRAPH = {self.name!r}", "KERNELS = {"]
+        for k in self.kernels:
+            head.append(f"    {k.name!r}: r'''\n{k.source}''',")
+        head += ["}", "NARGS = {" + ", ".join(f"{k.name!r}: {len(k.args)}" for k in self.kernels) + "}",
+                 "STATUS = {" + ", ".join(f"{k.name!r}: {k.status_nodes!r}" for k in self.kernels) + "}",
+                 "INPUTS = [" + ", ".join(f"({tuple(b.size)}, {tuple(b.layout.stride)}, {b.dtype})"
+                                           for b in self.graph_inputs if not hasattr(b, "constant")) + "]",
+                 "", "", "def load(config=None):", "    return load_kernels(KERNELS, NARGS, config)", "", "",
+                 "def make_call(kernels, constants=None):"]
+        for k in self.kernels:
+            self.line(f"_k_{k.name} = kernels[{k.name!r}]", 1)
+        for b in self.graph_inputs:
+            if hasattr(b, "constant"):
+                self.line(f"{b.name} = constants[{b.name!r}]", 1)
+        if self.config.enable_kernel_profile:
+            self.line("_record = torch.profiler.record_function", 1)
+        self.line("", 0)
+        self.line("def call(args):", 1)
+        params = [b.name for b in self.graph_inputs if not hasattr(b, "constant")]
+        if params:
+            self.line(f"{', '.join(params)}{',' if len(params) == 1 else ''} = args")
+        self.line("args.clear()")
+        for b in self.graph_inputs:
+            if not hasattr(b, "constant"):
+                self.line(f"{b.name} = _restride({b.name}, {tuple(b.layout.stride)})")
+        by_name = {k.group_index: k for k in self.kernels}
+        for pos, item in enumerate(self.items):
+            for name, reuse in self.plan.allocs[pos]:
+                self._alloc(name, reuse)
+            if isinstance(item, KernelGroup):
+                self._kernel_call(by_name[pos])
+            else:
+                self._extern_call(item)
+            dels = [n for n in self.plan.frees[pos] if n not in self.plan.reused]
+            if dels:
+                self.line(f"del {', '.join(dels)}")
+        outs = ", ".join(pyexpr(o) if isinstance(o, IRNode) else pyexpr(o) for o in self.graph_outputs)
+        self.line(f"return ({outs}{',' if len(self.graph_outputs) == 1 else ''})")
+        self.line("return call", 1)
+        tail = ["", "", 'if __name__ == "__main__":',
+                "    _consts = {" + ", ".join(f"{b.name!r}: torch.randn({tuple(b.size)}).to({b.dtype})"
+                                             for b in self.graph_inputs if hasattr(b, "constant")) + "}",
+                "    _main(GRAPH, make_call(load(), _consts), INPUTS, _consts)", ""]
+        return "\n".join(head + self.lines + tail)
+
+    def _alloc(self, name, reuse):
+        buf = self.buffers[name]
+        if reuse is not None:
+            self.line(f"{name} = {reuse}; del {reuse}  # reuse")
+        else:
+            lay = buf.layout
+            self.line(f"{name} = empty_strided({tuple(lay.size)}, {tuple(lay.stride)}, dtype={lay.dtype})")
+
+    def _kernel_call(self, k):
+        args = ", ".join(f"{b}.data_ptr()" for b in k.args)
+        call = f"_status = _k_{k.name}({args})"
+        fail = f"if _status: _kernel_failed(_status, {k.name!r}, STATUS, KERNELS)"
+        if self.config.enable_kernel_profile:
+            self.line(f"with _record('graph_{self.graph_number}_{k.name}'):")
+            self.line(call, 3)
+        else:
+            self.line(call)
+        self.line(fail)
+
+    def _extern_call(self, item: ExternNode):
+        kernel = item.kernel
+        args = [pyexpr(a) for a in kernel.args] + [f"{k}={pyexpr(v)}" for k, v in kernel.kwargs.items()]
+        self.line(f"{kernel.name} = {_target_expr(kernel.target)}({', '.join(args)})  # FX: {kernel.node.name}")
+        for out in kernel.outputs:
+            self.line(f"{out.name} = _restride({out.expr}, {tuple(out.layout.stride)})")
+
+
+def _target_expr(target) -> str:
+    text = str(target)
+    if text.startswith(("aten.", "prims.")):
+        return text
+    return f"torch.ops.{text}"
+
+
+# ---- debug-trace files -------------------------------------------------------------------
+
+def _describe(buffer, index, rindex, reads=None, extra="") -> list:
+    from .ir import Reduction, format_body
+    data = buffer.data
+    lines = [f"{buffer.name}: {type(data).__name__}{extra}",
+             f"  origins: {[o.name for o in buffer.origins]}",
+             f"  layout: {buffer.layout}",
+             f"  ranges: {list(data.ranges)}"]
+    if isinstance(data, Reduction):
+        lines.append(f"  reduction: {data.reduction_type} over {list(data.reduction_ranges)}")
+    if reads is not None:
+        lines.append(f"  reads: {sorted(reads)}")
+    lines.append(f"  writes: [{buffer.name}]")
+    lines.append("  body:")
+    lines += ["    " + line for line in format_body(buffer, index, rindex)]
+    return lines
+
+
+def _describe_extern(kernel) -> list:
+    return [f"{kernel.name}: ExternKernel {kernel.target}",
+            f"  origins: [{kernel.node.name}]",
+            f"  reads: {sorted({pyexpr(x) for x in kernel.inputs})}",
+            f"  writes: {[b.name for b in kernel.outputs] + [b.name for b in kernel.mutated]}"]
+
+
+def ir_pre_fusion(graph) -> str:
+    """Every IR operation of a lowered graph, in program order."""
+    from .ir import ExternKernel, index_var, Reduction
+    out = []
+    for op in graph.operations:
+        if isinstance(op, ExternKernel):
+            out += _describe_extern(op)
+        else:
+            index = [index_var("x", i) for i in range(len(op.data.ranges))]
+            rindex = [index_var("r", i) for i in range(len(getattr(op.data, "reduction_ranges", ())))]
+            out += _describe(op, index, rindex)
+        out.append("")
+    return "\n".join(out)
+
+
+def ir_post_fusion(items) -> str:
+    """Kernel groups (with their nodes' loop bodies) and extern calls, in execution order."""
+    out = []
+    for pos, item in enumerate(items):
+        if isinstance(item, KernelGroup):
+            out.append(f"group {pos}: {len(item.nodes)} node(s) over ranges {list(item.ranges)}")
+            for n in item.nodes:
+                out += ["  " + line for line in _describe(n.buffer, n.index, n.rindex, n.read_names(),
+                                                          " (local)" if n.local else "")]
+        else:
+            out.append(f"group {pos}: extern")
+            out += ["  " + line for line in _describe_extern(item.kernel)]
+        out.append("")
+    return "\n".join(out)
+
+
+def write_graph_files(trace, gm, example_inputs) -> None:
+    """fx_graph_readable.py, fx_graph_runnable.py (standalone) and fx_graph_transformed.py."""
+    from .lowering import LOWERINGS
+    trace.write("fx_graph_readable.py", gm.print_readable(print_output=False))
+    consts = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
+    specs = [(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
+             for x in example_inputs]
+    body = "\n".join("    " + line for line in gm.code.strip("\n").splitlines())
+    init = "\n".join(f"        self.register_buffer({c!r}, torch.randn({tuple(getattr(gm, c).shape)}).to({getattr(gm, c).dtype}))"
+                     for c in consts) or "        pass"
+    trace.write("fx_graph_runnable.py", RUNNABLE.format(init=init, body=body, specs=repr(specs)))
+    lines = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            how = "lowered" if n.target in LOWERINGS else "extern (aten)"
+            lines.append(f"{n.format_node()}  # {how}")
+        else:
+            lines.append(n.format_node())
+    trace.write("fx_graph_transformed.py", "# the graph as tdbg lowers it: each call marked lowered or extern\n"
+                + "\n".join(f"# {line}" for line in lines) + "\n\n" + gm.code)
+
+
+RUNNABLE = '''# Standalone: runs the graph tdbg compiled on random inputs of the same shapes and dtypes.
+import torch
+from torch import device, inf, nan  # noqa: F401
+
+
+class Repro(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+
+{body}
+
+
+def make_input(spec):
+    if not isinstance(spec, tuple):
+        return spec
+    size, stride, dtype = spec
+    out = torch.empty_strided(size, stride, dtype=dtype)
+    if dtype.is_floating_point:
+        return out.copy_(torch.randn(size, dtype=dtype))
+    return out.copy_(torch.randint(0, 2, size).to(dtype))
+
+
+if __name__ == "__main__":
+    args = [make_input(s) for s in {specs}]
+    print(Repro()(*args))
+'''
