@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import importlib.util
 import math
 import os
 import platform
@@ -36,6 +34,11 @@ from workloads import BY_NAME, WORKLOADS  # noqa: E402
 
 DEFAULT_BACKENDS = ("eager", "torch:inductor", "tdbg")
 INDUCTOR = "torch:inductor"
+GOAL_BACKEND = "tdbg"
+# issue 5's goals for tdbg beyond the per-row time limit
+GOAL_BANDWIDTH_FRACTION = 0.8
+GOAL_COLD_COMPILE_S = 0.3
+GOAL_STARTUP_S = 2.0
 JSON_SCHEMA = "tdbg.benchmark"
 
 
@@ -73,18 +76,6 @@ class Cell:
 
 # ---------------------------------------------------------------- backends
 
-def load_backend(spec: str):
-    """A Dynamo backend callable from `file.py:function` or `module:function`."""
-    target, _, attr = spec.rpartition(":")
-    if target.endswith(".py"):
-        loader = importlib.util.spec_from_file_location(f"_bench_backend_{abs(hash(target))}", target)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    return getattr(module, attr)
-
-
 def make_runner(spec: str, fn):
     """What `spec` runs for `fn`: eager is `fn` itself, everything else goes through torch.compile."""
     import torch
@@ -94,7 +85,8 @@ def make_runner(spec: str, fn):
         return torch.compile(fn, backend="tdbg")
     if spec.startswith("torch:"):
         return torch.compile(fn, backend=spec[len("torch:"):])
-    return torch.compile(fn, backend=load_backend(spec))
+    from tdbg.minifier.backends import resolve
+    return torch.compile(fn, backend=resolve(spec).compiler_fn)
 
 
 def describe(e: BaseException) -> str:
@@ -205,6 +197,33 @@ def _ratios(cells: list, w, inputs, expected) -> None:
             c.gbps = nbytes / c.median_s / 1e9
 
 
+def goals(workloads: list, cells: list, startup: list, backend: str = GOAL_BACKEND) -> list:
+    """Issue 5's goals for `backend`: one row each {goal, workload, target, measured, met}."""
+    mine = {c.workload: c for c in cells if c.backend == backend}
+    rows = []
+    for w in workloads:
+        c = mine.get(w.name)
+        if c is None:
+            continue
+        rows.append(_goal("time / inductor", w.name, w.max_time_vs_inductor, c.time_vs_inductor, c))
+        rows.append(_goal("cold compile s", w.name, GOAL_COLD_COMPILE_S, c.compile_s, c))
+        if w.bandwidth_goal:
+            rows.append(_goal("fraction of copy bandwidth", w.name, GOAL_BANDWIDTH_FRACTION,
+                              c.bandwidth_fraction, c, at_least=True))
+    for s in startup:
+        if s["backend"] == backend:
+            rows.append({"goal": "start-up s", "workload": "", "target": GOAL_STARTUP_S,
+                         "measured": s.get("startup_s"), "met": s.get("startup_s") is not None
+                         and s["startup_s"] <= GOAL_STARTUP_S, "note": s.get("error", "")})
+    return rows
+
+
+def _goal(goal: str, workload: str, target: float, measured, cell: Cell, at_least: bool = False) -> dict:
+    met = measured is not None and (measured >= target if at_least else measured <= target)
+    note = "" if cell.status == "ok" else f"{cell.status}: {cell.error}"
+    return {"goal": goal, "workload": workload, "target": target, "measured": measured, "met": met, "note": note}
+
+
 def machine() -> dict:
     import torch
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
@@ -231,7 +250,7 @@ def run(workloads: list, backends: list, settings: Settings) -> dict:
     for c in cells:
         if c.gbps:
             c.bandwidth_fraction = c.gbps / bandwidth["gbps"]
-    return {"machine": machine(), "settings": dataclasses.asdict(settings), "backends": backends,
+    return {"goals": goals(workloads, cells, startup), "machine": machine(), "settings": dataclasses.asdict(settings), "backends": backends,
             "cache_dir": cache, "bandwidth": bandwidth, "startup": startup,
             "workloads": {w.name: w.description for w in workloads},
             "cells": [dataclasses.asdict(c) for c in cells]}
@@ -279,6 +298,18 @@ def render(payload: dict, console=None) -> None:
     for c in payload["cells"]:
         table.add_row(*cell_row(c))
     console.print(table)
+    if payload["goals"]:
+        console.print(goal_table(payload["goals"]))
+
+
+def goal_table(rows: list):
+    from rich.table import Table
+    table = Table("goal (tdbg)", "workload", "target", "measured", "met", title="issue 5 goals")
+    table.add_column("note", max_width=60, overflow="ellipsis", no_wrap=True)
+    for g in rows:
+        table.add_row(g["goal"], g["workload"], f"{g['target']:g}", _fmt(g["measured"], ".3f"),
+                      "yes" if g["met"] else "NO", g["note"])
+    return table
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -19,6 +19,8 @@ class Workload:
     description: str
     build: Callable            # quick: bool -> (fn, inputs)
     bytes_moved: Optional[Callable] = None   # (inputs, output) -> int, for memory-bound rows
+    max_time_vs_inductor: float = 1.0        # issue 5's goal for tdbg's time per call
+    bandwidth_goal: bool = False             # memory-bound: tdbg should reach 80% of the copy figure
 
 
 def _nbytes(*tensors) -> int:
@@ -108,14 +110,16 @@ def _io_bytes(inputs, out) -> int:
 
 
 WORKLOADS = (
-    Workload("seed_pattern", "add/add/mul/add on (16384,512) fp32 (seed)", _seed_pattern, _io_bytes),
+    Workload("seed_pattern", "add/add/mul/add on (16384,512) fp32 (seed)", _seed_pattern, _io_bytes,
+             bandwidth_goal=True),
     Workload("foo1_uint8", "uint8 neg/maximum/cat at (1,8) and (8390,8) (seed foo1)", _foo1, _io_bytes),
-    Workload("softmax", "softmax over (4096,1024)", _softmax, _io_bytes),
-    Workload("layernorm", "nn.LayerNorm(768) on (8192,768)", _layernorm, _io_bytes),
+    Workload("softmax", "softmax over (4096,1024)", _softmax, _io_bytes, 0.7, True),
+    Workload("layernorm", "nn.LayerNorm(768) on (8192,768)", _layernorm, _io_bytes, 0.7, True),
     Workload("mlp", "Linear(768,3072)->GELU->Linear(3072,768)+residual on (512,768)", _mlp),
-    Workload("reductions", "x.sum(1) and (x*x).mean(0) on (8192,1024)", _reductions, _io_bytes),
+    Workload("reductions", "x.sum(1) and (x*x).mean(0) on (8192,1024)", _reductions, _io_bytes, 0.7, True),
     Workload("encoder_layer", "nn.TransformerEncoderLayer(512,8) on (16,128,512), eval, fastpath off", _encoder),
-    Workload("add_64m", "a + b on 64M fp32 (bandwidth with a fresh output)", _copy_add, _io_bytes),
+    Workload("add_64m", "a + b on 64M fp32 (bandwidth with a fresh output)", _copy_add, _io_bytes,
+             bandwidth_goal=True),
 )
 
 BY_NAME = {w.name: w for w in WORKLOADS}

@@ -105,8 +105,10 @@ def _render_compile(report) -> None:
         t.add_row(g.compile_id, g.frame, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
     _table(t)
     if report.stages:
+        rest = sum(g.seconds for g in report.graphs) - sum(report.stages.values())
         c.print("compile stages (summed over graphs): " + ", ".join(
-            f"{name} {secs:.3f}s" for name, secs in sorted(report.stages.items(), key=lambda kv: -kv[1])))
+            f"{name} {secs:.3f}s" for name, secs in sorted(report.stages.items(), key=lambda kv: -kv[1]))
+            + f"; rest of the backend time (AOTAutograd, decompositions, wrapper) {rest:.3f}s")
     else:
         c.print("compile stages: the backend reports none; total per graph is shown above")
 
