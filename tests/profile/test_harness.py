@@ -66,3 +66,19 @@ def test_correct_backends_get_figures(result):
     assert doc["bandwidth"]["elements"] == 1 << 20 and doc["settings"]["threads"] == 2
     assert [s["backend"] for s in doc["startup"]] == ["torch:eager", WRONG, "torch:no_such_backend"]
     assert "error" in doc["startup"][2] and "startup_s" in doc["startup"][0]
+
+
+def test_goal_rows_follow_issue_5():
+    h = _harness()
+    softmax, mlp = h.BY_NAME["softmax"], h.BY_NAME["mlp"]
+    cells = [h.Cell("softmax", "tdbg", time_vs_inductor=0.65, compile_s=0.5, bandwidth_fraction=0.85),
+             h.Cell("mlp", "tdbg", status="failed", error="LoweringError: x")]
+    rows = h.goals([softmax, mlp], cells, [{"backend": "tdbg", "startup_s": 2.5}])
+    assert [(r["goal"], r["workload"], r["target"], r["measured"], r["met"]) for r in rows] == [
+        ("time / inductor", "softmax", 0.7, 0.65, True),
+        ("cold compile s", "softmax", 0.3, 0.5, False),
+        ("fraction of copy bandwidth", "softmax", 0.8, 0.85, True),
+        ("time / inductor", "mlp", 1.0, None, False),
+        ("cold compile s", "mlp", 0.3, None, False),
+        ("start-up s", "", 2.0, 2.5, False)]
+    assert rows[3]["note"] == "failed: LoweringError: x"
