@@ -69,10 +69,11 @@ def check_name(name: str) -> None:
         raise BackendError(f"backend {name!r} is not MODULE:FUNCTION or FILE.py:FUNCTION; {choices_text()}.")
 
 
-def tdbg_decompositions() -> dict:
-    """tdbg's decomposition table (the one its compiler gives AOTAutograd)."""
-    from tdbg.compiler import decompositions
-    return decompositions.decomposition_table()
+def tdbg_decompositions(config=None) -> dict:
+    """tdbg's decomposition table for `config` (None: current), as its compiler gives AOTAutograd."""
+    from tdbg.compiler import config as tdbg_config
+    from tdbg.compiler.decompositions import decomposition_table
+    return decomposition_table(config or tdbg_config.current())
 
 
 def _eager(config) -> Callable:
@@ -89,7 +90,7 @@ def _aot_eager(config) -> Callable:
         return make_boxed_func(gm.forward)
 
     return aot_autograd(fw_compiler=nop, bw_compiler=nop, inference_compiler=nop,
-                        decompositions=tdbg_decompositions())
+                        decompositions=tdbg_decompositions(config))
 
 
 def _inductor(config) -> Callable:

@@ -92,7 +92,9 @@ def _frame_matches(frame: str, function: str) -> bool:
 
 
 def call_compiled(compiled: Callable, args) -> Any:
-    return compiled(list(args)) if getattr(compiled, "_boxed_call", False) else compiled(*args)
+    # Dynamo calls a backend's result with positional args (aot_autograd's result carries a stale
+    # `_boxed_call` copied by functools.wraps, so that attribute must not be trusted).
+    return compiled(*args)
 
 
 def _clone(args) -> list:

@@ -15,6 +15,7 @@ during, evidence, traceback}, debug_dir, duration_s, and stdout/stderr tails whe
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import json
 import os
@@ -78,23 +79,41 @@ def parse_torch_logs(names) -> dict:
 
 
 # -- parent -------------------------------------------------------------------------------------
-def run_script(req: RunRequest) -> dict:
+def run_script(req: RunRequest, pool: Optional["ZygotePool"] = None) -> dict:
+    """Run `req` in a fresh child process, or in a child forked from a warm zygote of `pool`
+    (only for captured runs: a forked child cannot share the parent's terminal safely)."""
     tmp = tempfile.mkdtemp(prefix="tdbg-run-")
     try:
-        return _run_in(tmp, req)
+        return _run_in(tmp, req, pool if req.capture else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_in(tmp: str, req: RunRequest) -> dict:
+def _run_in(tmp: str, req: RunRequest, pool) -> dict:
     paths = {k: os.path.join(tmp, f"{k}") for k in ("spec.json", "events.jsonl", "verdict.json",
                                                    "stdout.txt", "stderr.txt")}
     spec = dict(asdict(req), script=os.path.abspath(req.script), events=paths["events.jsonl"],
-                verdict=paths["verdict.json"])
+                verdict=paths["verdict.json"], stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
     with open(paths["spec.json"], "w") as f:
         json.dump(spec, f)
-    outs = [open(paths[p], "w") for p in ("stdout.txt", "stderr.txt")] if req.capture else [None, None]
     start = time.monotonic()
+    with (pool.zygote() if pool is not None else contextlib.nullcontext()) as zygote:
+        if zygote is not None:
+            returncode, timed_out = zygote.run(paths["spec.json"], req.timeout)
+        else:
+            returncode, timed_out = _spawn(paths, req)
+    verdict = _read_json(paths["verdict.json"])
+    if verdict is None:
+        verdict = _dead_child_verdict(returncode, timed_out, req, paths["events.jsonl"])
+    verdict["duration_s"] = round(time.monotonic() - start, 2)
+    if req.capture:
+        verdict["stdout_tail"] = _tail(paths["stdout.txt"])
+        verdict["stderr_tail"] = _tail(paths["stderr.txt"])
+    return verdict
+
+
+def _spawn(paths: dict, req: RunRequest):
+    outs = [open(paths[p], "w") for p in ("stdout.txt", "stderr.txt")] if req.capture else [None, None]
     proc = subprocess.Popen([sys.executable, "-m", "tdbg.minifier.runner", paths["spec.json"]],
                             stdout=outs[0], stderr=outs[1], start_new_session=True)
     timed_out = False
@@ -110,14 +129,7 @@ def _run_in(tmp: str, req: RunRequest) -> dict:
         for f in outs:
             if f is not None:
                 f.close()
-    verdict = _read_json(paths["verdict.json"])
-    if verdict is None:
-        verdict = _dead_child_verdict(proc.returncode, timed_out, req, paths["events.jsonl"])
-    verdict["duration_s"] = round(time.monotonic() - start, 2)
-    if req.capture:
-        verdict["stdout_tail"] = _tail(paths["stdout.txt"])
-        verdict["stderr_tail"] = _tail(paths["stderr.txt"])
-    return verdict
+    return proc.returncode, timed_out
 
 
 def _kill(proc) -> None:
@@ -310,7 +322,9 @@ def _user_line(chain, script: str) -> Optional[str]:
         if frames:
             return _fmt(frames[-1])
     for e in chain:
-        frames = instrument.user_frames(traceback.extract_tb(e.__traceback__))
+        # a compiled frame shows up at its `def` line: the call site above it is the useful line
+        frames = [f for f in instrument.user_frames(traceback.extract_tb(e.__traceback__))
+                  if not f["code"].startswith(("def ", "async def "))]
         if frames:
             return _fmt(frames[-1])
     return None
@@ -346,4 +360,7 @@ def child_main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--zygote":
+        from tdbg.minifier.zygote import zygote_main
+        sys.exit(zygote_main())
     sys.exit(child_main(sys.argv[1]))
