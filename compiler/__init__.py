@@ -119,7 +119,13 @@ def _wrap(c):
 def _build(c):
     module = {"__name__": f"tdbg_output_code_{c.name}"}
     exec(compile(c.source_code, getattr(c, "path", f"<tdbg output code {c.name}>"), "exec"), module)
-    kernels = module["load"](c.config)
+    from .errors import CppCompileError
+    try:
+        kernels = module["load"](c.config)
+    except CppCompileError as e:
+        failed = {k.name: k.fx_nodes for k in c.kernels}
+        e.fx_nodes = tuple(fx for name in e.kernels for fx in failed.get(name, ()))
+        raise
     constants = {b.name: b.constant for b in c.graph.graph_inputs if hasattr(b, "constant")}
     c.call = module["make_call"](kernels, constants)
 

@@ -34,10 +34,7 @@ template <typename T> inline T tdbg_relu(T a) { return a < T(0) ? T(0) : a; }
 
 template <typename T> inline T tdbg_sign(T a) {
   if constexpr (std::is_same_v<T, bool>) { return a; }
-  else if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a)) return a;
-    return static_cast<T>((T(0) < a) - (a < T(0)));
-  } else { return static_cast<T>((T(0) < a) - (a < T(0))); }
+  else { return static_cast<T>((T(0) < a) - (a < T(0))); }  // sign(NaN) == 0 as in torch
 }
 
 template <typename T> inline T tdbg_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
