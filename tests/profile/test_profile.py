@@ -46,6 +46,24 @@ def test_graph_breaks_and_recompiles_are_flagged(tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_tdbg_kernels_appear_by_name_next_to_aten_ops(tmp_path):
+    result, doc, trace = _profile(tmp_path, "small_add.py")   # default backend: tdbg's compiler
+    assert result.exit_code == 0, result.output
+    assert doc["backend"] == "inductor" and doc["iterations"] == 3
+    assert doc["kernels"] == ["cpp_fused_add_mul_0"] and doc["fallbacks"] == []
+    [kernel] = doc["profiled_kernels"]
+    assert kernel["name"] == "graph_0_cpp_fused_add_mul_0" and kernel["calls"] == 5
+    assert "graph_0_cpp_fused_add_mul_0" in result.output
+    assert any(r["name"].startswith("aten::add") for r in doc["eager_profiler_rows"])
+    [fn] = doc["callables"]
+    assert fn["label"] == "func (small_add.py:10)" and fn["calls_in_script"] == 3
+    assert fn["eager_s"] > 0 and fn["compiled_s"] > 0 and fn["speedup"] == pytest.approx(fn["eager_s"] / fn["compiled_s"])
+    assert set(doc["stages"]) >= {"lower", "schedule", "codegen", "build"}
+    [graph] = doc["graphs"]
+    assert graph["compile_id"] == "0/0" and graph["ops"] == 4 and graph["seconds"] >= sum(doc["stages"].values())
+    assert "graph_0_cpp_fused_add_mul_0" in trace.read_text()
+
+
 @pytest.mark.parametrize("args, message, code", [
     (["missing.py"], "does not exist", "bad_input"),
     ([os.path.join(SCRIPTS, "small_add.py"), "--backend", "nope"], "unknown backend 'nope'", "bad_input"),
