@@ -11,7 +11,7 @@ from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, render_
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
-TABLE_WIDTH = 120   # kernel names are long; tables never squeeze below this
+TABLE_WIDTH = 120   # kernel names are long
 EAGER_PROFILER_ROWS = 8
 
 
@@ -128,7 +128,13 @@ def _render_profile(rows: list, limit: int, title: str) -> None:
 
 
 def _table(table) -> None:
-    out().print(table, width=max(out().width, TABLE_WIDTH))
+    """A terminal keeps its width; piped or captured output gets room for long kernel names."""
+    c = out()
+    if c.is_terminal:
+        c.print(table)
+        return
+    from rich.console import Console
+    Console(width=max(c.width, TABLE_WIDTH), highlight=False, no_color=True).print(table)
 
 
 def _render_flags(flags: list) -> None:

@@ -97,3 +97,29 @@ def test_help_does_not_import_torch():
             "assert r.exit_code == 0 and '--iterations' in r.output, r.output; "
             "assert 'torch' not in sys.modules; print('ok')")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "ok\n"
+
+
+def _report(**fields):
+    from tdbg.minifier.profiling import CallableProfile, ProfileReport
+    base = dict(script="s.py", backend="inductor", iterations=1, eager_script_s=1.0, compiled_script_s=1.0,
+                callables=[], graphs=[], stages={}, fallbacks=[], kernels=[],
+                explain={"functions": [], "totals": {}}, profiler_rows=[], eager_profiler_rows=[], trace_path=None)
+    base["callables"] = [CallableProfile("f", 1, 1.0, 2.0, 1.0, 2.0, fields.pop("faults", 0.0))]
+    return ProfileReport(**{**base, **fields})
+
+
+def test_lost_speed_flags_table():
+    from tdbg.minifier.profiling import PAGE_BYTES, lost_speed_flags
+    assert lost_speed_flags(_report()) == []
+    fallbacks = [{"graph": "g", "fx_node": "a", "target": "aten.addmm.default"},
+                 {"graph": "g", "fx_node": "b", "target": "aten.sort.default"},
+                 {"graph": "g", "fx_node": "c", "target": "aten.sort.default"}]
+    assert lost_speed_flags(_report(fallbacks=fallbacks)) == [{"kind": "fallbacks", "message": (
+        "2 op(s) ran through aten instead of generated kernels: aten.sort.default "
+        "(library calls by design: aten.addmm.default)")}]
+    # GEMMs alone are the intended path, not lost speed
+    assert lost_speed_flags(_report(fallbacks=fallbacks[:1])) == []
+    pages = (1 << 20) // PAGE_BYTES
+    assert lost_speed_flags(_report(faults=pages - 1)) == []
+    [flag] = lost_speed_flags(_report(faults=pages))
+    assert flag["kind"] == "page_faults" and "1.0 MiB first touched each call" in flag["message"]
