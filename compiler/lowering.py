@@ -180,6 +180,8 @@ class GraphLowering(torch.fx.Interpreter):
             except NotImplementedError:
                 COUNTERS["lowered"] -= 1
                 return self.fallback(node, args, kwargs)
+            except Exception as e:
+                raise lowering_error(node, f"lowering {target} failed: {type(e).__name__}: {e}") from e
             self.lowered.append({"index": index, "fx_node": node.name, "target": str(target)})
             result = self._after_lowering(node, result)
             return result
