@@ -153,22 +153,47 @@ def callable_label(model: Any) -> str:
 
 @contextlib.contextmanager
 def timed_compile(session, passes: list):
-    """Within `session.install()`, every `torch.compile` result is a TimedCallable, appended to `passes`."""
+    """Within `session.install()`, what `torch.compile(m)` and `torch._dynamo.optimize(...)(m)`
+    return is a TimedCallable, appended to `passes`."""
     import torch
+    import torch._dynamo
     with session.install():
-        inner = torch.compile
+        inner, inner_optimize = torch.compile, torch._dynamo.optimize
 
         def compile(model=None, **kwargs):
             if model is None:
                 return lambda m: compile(m, **kwargs)
-            timed_fn = TimedCallable(callable_label(model), model, inner(model, **kwargs))
-            passes.append(timed_fn)
-            return timed_fn
-        torch.compile = compile
+            return _timed(passes, model, inner(model, **kwargs))
+
+        def optimize(*args, **kwargs):
+            return _TimedOptimize(inner_optimize(*args, **kwargs), passes)
+        torch.compile, torch._dynamo.optimize = compile, optimize
         try:
             yield
         finally:
-            torch.compile = inner
+            torch.compile, torch._dynamo.optimize = inner, inner_optimize
+
+
+def _timed(passes: list, model, target) -> TimedCallable:
+    timed_fn = TimedCallable(callable_label(model), model, target)
+    passes.append(timed_fn)
+    return timed_fn
+
+
+class _TimedOptimize:
+    """`torch._dynamo.optimize(...)`'s result: decorating times the result; `with` passes through."""
+
+    def __init__(self, context, passes: list):
+        self.context, self.passes = context, passes
+
+    def __call__(self, model):
+        return _timed(self.passes, model, self.context(model))
+
+    def __enter__(self):
+        return self.context.__enter__()
+
+    def __exit__(self, *exc):
+        return self.context.__exit__(*exc)
 
 
 @dataclass

@@ -123,3 +123,14 @@ def test_lost_speed_flags_table():
     assert lost_speed_flags(_report(faults=pages - 1)) == []
     [flag] = lost_speed_flags(_report(faults=pages))
     assert flag["kind"] == "page_faults" and "1.0 MiB first touched each call" in flag["message"]
+
+
+def test_dynamo_optimize_is_timed_too(tmp_path):
+    script = tmp_path / "opt.py"
+    script.write_text("import torch, torch._dynamo\n\ndef f(x):\n    return torch.sin(x) * 2\n\n"
+                      "g = torch._dynamo.optimize('inductor')(f)\nfor _ in range(2):\n    g(torch.randn(8))\n")
+    result = CliRunner().invoke(cli, ["profile", str(script), "--backend", "torch:eager", "--iterations", "2",
+                                      "--trace", str(tmp_path / "t.json"), "--json", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    [f] = json.loads((tmp_path / "p.json").read_text())["callables"]
+    assert f["label"] == "f (opt.py:3)" and f["calls_in_script"] == 2 and f["compiled_s"] > 0
