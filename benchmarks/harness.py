@@ -23,6 +23,7 @@ import dataclasses
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -242,16 +243,19 @@ def run(workloads: list, backends: list, settings: Settings) -> dict:
     # torch's Inductor reads its cache location when it first compiles: a fresh one per harness run
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     cfg = tdbg_config.current().replace(cache_dir=os.path.join(cache, "tdbg"), num_threads=settings.threads)
-    with tdbg_config.use(cfg), torch.no_grad():
-        startup_cost("torch:eager")     # Dynamo's own first-use cost, so no backend is charged for it
-        startup = [startup_cost(b) for b in backends if b != "eager"]
-        bandwidth = copy_bandwidth(settings.copy_elements, settings.repeat)
-        cells = [c for w in workloads for c in run_workload(w, backends, settings)]
+    try:
+        with tdbg_config.use(cfg), torch.no_grad():
+            startup_cost("torch:eager")     # Dynamo's own first-use cost, so no backend is charged for it
+            startup = [startup_cost(b) for b in backends if b != "eager"]
+            bandwidth = copy_bandwidth(settings.copy_elements, settings.repeat)
+            cells = [c for w in workloads for c in run_workload(w, backends, settings)]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     for c in cells:
         if c.gbps:
             c.bandwidth_fraction = c.gbps / bandwidth["gbps"]
     return {"goals": goals(workloads, cells, startup), "machine": machine(), "settings": dataclasses.asdict(settings), "backends": backends,
-            "cache_dir": cache, "bandwidth": bandwidth, "startup": startup,
+            "bandwidth": bandwidth, "startup": startup,
             "workloads": {w.name: w.description for w in workloads},
             "cells": [dataclasses.asdict(c) for c in cells]}
 

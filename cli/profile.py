@@ -22,7 +22,7 @@ EAGER_PROFILER_ROWS = 8
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
               help="Timed calls of each compiled callable (and of its eager original), alternating.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
-              help="Chrome trace file to write (default: <script>.trace.json in the current directory).")
+              help="Chrome trace file to write (default: <script>-<time>.trace.json in the current directory).")
 @json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
 def profile(script, args, backend, iterations, trace_path, json_path, force):
@@ -35,7 +35,8 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
     """
     require_script(script)
     check_backend(backend)
-    trace_path = trace_path or f"{os.path.splitext(os.path.basename(script))[0]}.trace.json"
+    stem = os.path.splitext(os.path.basename(script))[0]
+    trace_path = trace_path or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.trace.json"
     if os.path.exists(trace_path) and not force:
         fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
     config = base_config()
@@ -91,6 +92,8 @@ def render(report, start: str) -> None:
     _render_profile(report.profiler_rows, PROFILER_ROWS, "torch.profiler, compiled (self CPU time)")
     _render_profile(report.eager_profiler_rows, EAGER_PROFILER_ROWS, "torch.profiler, eager (self CPU time)")
     c.print(f"Chrome trace: {escape(str(report.trace_path))}")
+    if report.debug_dir and os.path.isdir(report.debug_dir):
+        c.print(f"compiler debug traces (output_code.py, debug.log per graph): {escape(report.debug_dir)}")
     _render_flags(report.flags)
 
 

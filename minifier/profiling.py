@@ -261,6 +261,7 @@ class ProfileReport:
     profiler_rows: list           # compiled run, {"name", "calls", "self_cpu_us", "cpu_total_us", "self_cpu_pct"}
     eager_profiler_rows: list
     trace_path: Optional[str]
+    debug_dir: Optional[str] = None             # the compiler's debug traces of the compiled run
     flags: list = field(default_factory=list)   # {"kind", "message"}
 
     def to_dict(self) -> dict:
@@ -323,7 +324,7 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
         eager_script_s=eager.seconds, compiled_script_s=compiled.seconds, callables=timings,
         graphs=graphs, stages=_stage_times(cfg.debug_dir), fallbacks=_fallbacks(cfg.report_path),
         kernels=_kernels(cfg.report_path), explain=explained,
-        profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path)
+        profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path, debug_dir=cfg.debug_dir)
     report.flags = lost_speed_flags(report)
     return report
 
