@@ -182,13 +182,22 @@ class CppKernel:
 
     # -- nodes ----------------------------------------------------------------------------
     def pointwise(self, node, ops):
-        value = node.body(ops)
-        self.store(node, value, ops)
+        if not node.inner:
+            self.store(node, node.body(ops), ops)
+            return
+        with self.child_block() as inner:
+            inner.last_origin = inner.parent.last_origin
+            self.store(node, node.body(ops), ops)
+        rvars = [v for v in node.index if v.is_Symbol and v.name.startswith("r")]
+        loops = LoopNest([Loop(v.name, s) for v, s in zip(rvars, node.rranges)])
+        self.block.lines.extend(loops.render(inner.lines))
 
     def store(self, node, value, ops):
         dtype = node.buffer.dtype
         value = ops.to_dtype(value, dtype)
-        self.stored[node.name] = (node.store_index, value)
+        if not node.inner:
+            # later nodes of this loop nest read the value, not memory (same index by construction)
+            self.stored[node.name] = (node.store_index, value)
         if not node.local:
             self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {value};")
 

@@ -69,18 +69,35 @@ def _canonical_index(sizes, prefix):
     return index, tuple(loop)
 
 
+def _split_index(sizes, outer_dims):
+    index, outer, inner = [], [], []
+    for s in sizes:
+        if int(s) == 1:
+            index.append(sympy.Integer(0))
+        elif len(outer) < outer_dims:
+            index.append(ir.index_var("x", len(outer)))
+            outer.append(int(s))
+        else:
+            index.append(ir.index_var("r", len(inner)))
+            inner.append(int(s))
+    return index, tuple(outer), tuple(inner)
+
+
 class SchedulerNode:
     """One ComputedBuffer with its canonical loop variables, reads and store index."""
 
-    def __init__(self, buffer: ComputedBuffer):
+    def __init__(self, buffer: ComputedBuffer, outer_dims=None):
         self.buffer, self.name = buffer, buffer.name
         data = buffer.data
-        self.index, self.ranges = _canonical_index(data.ranges, "x")
         self.is_reduction = isinstance(data, Reduction)
+        self.index, self.ranges = _canonical_index(data.ranges, "x")
+        self.rindex, self.rranges = [], ()
         if self.is_reduction:
             self.rindex, self.rranges = _canonical_index(data.reduction_ranges, "r")
-        else:
-            self.rindex, self.rranges = [], ()
+        elif outer_dims is not None:
+            # an inner pointwise: its last dims run in an inner loop inside the group's outer loops
+            self.index, self.ranges, self.rranges = _split_index(data.ranges, outer_dims)
+        self.inner = bool(self.rranges) and not self.is_reduction
         self.store_index = sympy.expand(buffer.store_index(self.index))
         handler = _ReadsOps()
         self.body(handler)
@@ -131,16 +148,21 @@ class KernelGroup:
         return list(dict.fromkeys(o for n in self.nodes for o in n.origins))
 
 
-def _fusable(group: KernelGroup, node: SchedulerNode, produced_by: dict, config) -> Optional[str]:
-    """Why `node` may join `group` ("vertical"/"horizontal"), or None."""
-    if group.ranges != node.ranges or len(group.nodes) >= config.max_fusion_size:
-        return None
+def _fusable(group: KernelGroup, node: SchedulerNode, config):
+    """(reason, node as placed in the group) when `node` may join `group`, else (None, node)."""
+    if len(group.nodes) >= config.max_fusion_size:
+        return None, node
+    if group.ranges != node.ranges:
+        n = len(group.ranges)
+        if node.is_reduction or not n or len(node.ranges) <= n or node.ranges[:n] != group.ranges:
+            return None, node
+        node = SchedulerNode(node.buffer, outer_dims=n)
     inside = {n.name: n for n in group.nodes}
     shared = [name for name in node.reads if name in inside]
     for name in shared:
         if any(idx != inside[name].store_index for idx in node.reads[name]):
-            return None
-    return "vertical" if shared else "horizontal"
+            return None, node
+    return ("vertical" if shared else "horizontal"), node
 
 
 def schedule(operations, graph_outputs, config):
@@ -161,7 +183,7 @@ def schedule(operations, graph_outputs, config):
             group = items[pos]
             if not isinstance(group, KernelGroup):
                 continue
-            reason = _fusable(group, node, produced_by, config)
+            reason, placed_node = _fusable(group, node, config)
             if reason is None:
                 continue
             index = take_fusion(config)
@@ -170,7 +192,7 @@ def schedule(operations, graph_outputs, config):
                 break
             log.info("fuse %s into %s (%s, ranges %s)", node.name, group.writes, reason, list(node.ranges))
             fusions.append({"index": index, "nodes": [*group.writes, node.name], "group": pos})
-            group.nodes.append(node)
+            group.nodes.append(placed_node)
             produced_by[node.name] = pos
             placed = True
             break
@@ -223,7 +245,7 @@ def _mark_locals(items, graph_outputs):
     for pos, item in enumerate(items):
         if isinstance(item, KernelGroup):
             for n in item.nodes:
-                n.local = n.name not in outputs and readers.get(n.name, set()) <= {pos}
+                n.local = not n.inner and n.name not in outputs and readers.get(n.name, set()) <= {pos}
 
 
 @dataclass
