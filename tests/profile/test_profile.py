@@ -134,3 +134,12 @@ def test_dynamo_optimize_is_timed_too(tmp_path):
     assert result.exit_code == 0, result.output
     [f] = json.loads((tmp_path / "p.json").read_text())["callables"]
     assert f["label"] == "f (opt.py:3)" and f["calls_in_script"] == 2 and f["compiled_s"] > 0
+
+
+def test_compile_failure_gets_its_stage_exit_code(tmp_path):
+    foo1 = os.path.join(os.path.dirname(os.path.dirname(SCRIPTS)), "..", "examples", "foo1.py")
+    result = CliRunner(env={"TDBG_INJECT_BUG": "neg:compile_error"}).invoke(
+        cli, ["profile", os.path.normpath(foo1), "--trace", str(tmp_path / "t.json")])
+    assert result.exit_code == exit_code("cpp_build"), result.output
+    assert "failed: stage cpp_build" in result.output and "kernel: cpp_fused_cat_maximum_neg_0" in result.output
+    assert not (tmp_path / "t.json").exists()
