@@ -1,7 +1,9 @@
 """`tdbg profile SCRIPT [-- ARGS...]`: eager vs compiled time per call, profiler table, lost speed."""
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 
 import click
@@ -42,14 +44,18 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
     config = base_config()
     from tdbg.minifier.profiling import ScriptFailed, profile_script
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    # with --json -, the script's own prints go to stderr so stdout stays one JSON document
+    quiet = contextlib.redirect_stdout(sys.stderr) if json_path == "-" else contextlib.nullcontext()
     try:
-        report = profile_script(script, list(args), backend=backend, iterations=iterations,
-                                trace_path=trace_path, config=config)
+        with quiet:
+            report = profile_script(script, list(args), backend=backend, iterations=iterations,
+                                    trace_path=trace_path, config=config)
     except ValueError as e:
         fail(str(e), "bad_input")
     except ScriptFailed as e:
         _script_failed(e)
-    render(report, start)
+    if json_path != "-":      # with --json -, stdout carries only the JSON document
+        render(report, start)
     write_json(json_path, dict(report.to_dict(), date=start), JSON_SCHEMA)
 
 
