@@ -141,9 +141,28 @@ def test_foo1_debug_tree(foo1_debug_run):
 def test_foo1_log_channels(foo1_debug_run):
     _, proc = foo1_debug_run
     channels = {m.group(1) for m in re.finditer(r"^\[tdbg\.(\w+)\]", proc.stderr, re.M)}
-    assert channels == {"compiler", "schedule", "output_code"}, proc.stderr[-3000:]
-    output_code = [line for line in proc.stderr.splitlines() if line.startswith("[tdbg.output_code]")]
-    assert output_code and "cpp_fused_" in proc.stderr
+    assert {"compiler", "output_code"} <= channels <= {"compiler", "output_code", "schedule"}, proc.stderr[-3000:]
+    assert "[tdbg.output_code] output code for foo1__0_inference_0:" in proc.stderr
+    assert "[tdbg.compiler] foo1__0_inference_0: 1 kernel(s), 3 lowered node(s), 0 fallback(s)" in proc.stderr
+
+
+def test_schedule_output_code_and_graph_channels(capfd):
+    def f(x, y):
+        return torch.relu(x).sum(dim=1) + y  # small: the loop is too little work to go parallel
+
+    torch._dynamo.reset()
+    try:
+        with Config.patch(logs=frozenset({"schedule", "output_code", "graph"})):
+            torch.compile(f, backend="tdbg")(torch.randn(4, 8), torch.randn(4))
+    finally:
+        torch._dynamo.reset()
+    err = capfd.readouterr().err
+    lines = err.splitlines()
+    assert any(line.startswith("[tdbg.schedule] ") and "not parallel" in line for line in lines), err
+    assert any(line.startswith("[tdbg.output_code] output code for ") for line in lines), err
+    assert any(line.startswith("[tdbg.graph] ") for line in lines), err
+    assert "torch.ops.aten.relu.default" in err
+    assert not any(line.startswith("[tdbg.compiler]") for line in lines)
 
 
 @pytest.mark.parametrize("script", ["output_code.py", "fx_graph_runnable.py"])
