@@ -26,9 +26,8 @@ def bisect(script, args, timeout, jobs, json_path):
     fusion (FX node and kernel), and prints the command and environment that reproduce it.
     """
     common.require_script(script)
-    cfg = common.base_config()
     from tdbg.minifier.bisect import bisect as run_bisect
-    result = run_bisect(script, list(args), cfg, timeout=timeout, jobs=jobs, on_step=_progress)
+    result = run_bisect(script, list(args), {}, timeout=timeout, jobs=jobs, on_step=_progress)
     code = _exit(result)
     minify = _minify_command(result, script, args)
     render(result, minify)

@@ -28,7 +28,7 @@ def explain(script, args, max_graph_breaks, max_recompiles, timeout, json_path):
     from tdbg.minifier.explain import build_report, exceeded
     from tdbg.minifier.runner import RunRequest, run_script
     verdict = run_script(RunRequest(script=script, argv=list(args), backend="eager",
-                                    config_json=common.base_config().to_json(), timeout=timeout))
+                                    timeout=timeout))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)

@@ -10,7 +10,8 @@ from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, write_j
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.minify", 1
 # session status -> exit code name
-STATUS_CODES = {"minified": "ok", "flaky": "not_reproduced", "no_failure": "not_reproduced"}
+STATUS_CODES = {"minified": "ok", "flaky": "not_reproduced", "no_failure": "not_reproduced",
+                "different": "not_reproduced"}
 # event kinds shown as plain lines (FAIL lines stay in minify.jsonl: there are many)
 PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "success", "done")
 
@@ -178,6 +179,10 @@ def _render(report, out_dir: str) -> None:
     c = out()
     if report.status == "no_failure":
         c.print(f"[bold yellow]Not reproduced:[/] the graph did not fail ({escape(report.first.summary())}).")
+        return
+    if report.status == "different":
+        c.print(f"[bold yellow]Not reproduced:[/] the dump recorded {escape(report.signature.describe())}, "
+                f"but the graph now gives {escape(report.first.summary())}.")
         return
     if report.status == "flaky":
         c.print("[bold yellow]Flaky:[/] the failure did not happen the same way twice, so it was not minified.")

@@ -44,14 +44,14 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
     if tdbg_logs:
-        from tdbg.compiler.config import parse_logs
-        changes["logs"], changes["verbose_logs"] = parse_logs(",".join(tdbg_logs))
-    cfg = common.base_config(**changes)
+        changes["logs"] = sorted({p.lstrip("+") for p in tdbg_logs})
+        changes["verbose_logs"] = sorted({p.lstrip("+") for p in tdbg_logs if p.startswith("+")})
     from tdbg.minifier.runner import RunRequest, run_script, parse_torch_logs
+    repro = _repro(repro_after, repro_level, out_dir)
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
-                         check_accuracy=check_accuracy, config_json=cfg.to_json(),
-                         torch_logs=parse_torch_logs(torch_logs),
-                         repro=_repro(repro_after, repro_level, out_dir), timeout=timeout)
+                         check_accuracy=check_accuracy, config_changes=changes,
+                         torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
+                         timeout=timeout)
     verdict = run_script(request)
     code, commands = _outcome(verdict, script, args, backend)
     render(verdict, script, backend, code, commands)
@@ -76,17 +76,10 @@ def _split_logs(spec: str):
 
 
 def _repro(after, level, out_dir):
+    """--repro-* options; None lets the child read TDBG_REPRO_AFTER/LEVEL (and the torch names)."""
     if after is None and (level or out_dir):
         fail("--repro-level and --out need --repro-after dynamo|aot.", "usage")
-    if after is None:
-        from tdbg.compiler.config import repro_from_env
-        try:
-            after, level = repro_from_env()
-        except ValueError as e:
-            fail(str(e), "usage")
-    if after is None:
-        return None
-    return {"after": after, "level": level or 2, "out_dir": out_dir}
+    return {"after": after, "level": level or 2, "out_dir": out_dir} if after else None
 
 
 def _outcome(verdict: dict, script: str, args, backend: str):

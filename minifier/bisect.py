@@ -51,16 +51,16 @@ _PRIVATE_FIELDS = ("cache_dir", "report_path")
 class _Prober:
     """Runs the script in child processes and remembers the runs (for the JSON and the count)."""
 
-    def __init__(self, script: str, argv: list, config, timeout: float, on_step: Optional[Callable], tmp: str,
-                 pool=None):
-        self.script, self.argv, self.config, self.timeout, self.pool = script, argv, config, timeout, pool
+    def __init__(self, script: str, argv: list, changes: dict, timeout: float, on_step: Optional[Callable],
+                 tmp: str, pool=None):
+        self.script, self.argv, self.changes, self.timeout, self.pool = script, argv, changes, timeout, pool
         self.on_step, self.tmp, self.runs = on_step, tmp, []
 
     def run(self, label: str, backend: Optional[str], changes: Optional[dict] = None) -> dict:
         report = os.path.join(self.tmp, f"report-{len(self.runs)}-{time.monotonic_ns()}.jsonl")
-        cfg = self.config.replace(**(changes or {}), report_path=report)
         verdict = run_script(RunRequest(script=self.script, argv=self.argv, backend=backend,
-                                        check_accuracy=backend is not None, config_json=cfg.to_json(),
+                                        check_accuracy=backend is not None,
+                                        config_changes={**self.changes, **(changes or {}), "report_path": report},
                                         timeout=self.timeout, capture=True), pool=self.pool)
         verdict["report"] = _read_report(report)
         record = {"label": label, "backend": backend, "changes": changes or {}, "status": verdict["status"],
@@ -90,13 +90,15 @@ def _fails(verdict: dict, stage: Optional[str] = None) -> bool:
     return verdict["status"] != "ok" and (stage is None or verdict.get("stage") == stage)
 
 
-def bisect(script: str, argv: list, config, *, timeout: float = 300.0, jobs: int = 2,
+def bisect(script: str, argv: list, changes: Optional[dict] = None, *, timeout: float = 300.0, jobs: int = 2,
            on_step: Optional[Callable] = None) -> dict:
+    """The bisection result (see module docstring); `changes` apply to the config every child
+    builds from its environment (so TDBG_* variables, e.g. an injected bug, carry through)."""
     tmp = tempfile.mkdtemp(prefix="tdbg-bisect-")
     start = time.monotonic()
     try:
         with ZygotePool(jobs) as pool:
-            prober = _Prober(script, list(argv), config, timeout, on_step, tmp, pool)
+            prober = _Prober(script, list(argv), dict(changes or {}), timeout, on_step, tmp, pool)
             result = _bisect(prober, jobs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +132,7 @@ def _bisect(prober: _Prober, jobs: int) -> dict:
                              "summary": "every backend matches the uncompiled run; nothing to bisect"}
         return result
     backend = result["first_failing_backend"]
-    result["reproduce"] = reproduce(prober, backend, {})
+    result["reproduce"] = reproduce(prober, failing, backend, {})
     if backend != "inductor":
         result["verdict"] = _chain_verdict(backend, failing)
         return result
@@ -171,8 +173,8 @@ def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> N
             result["culprits"].append(culprit)
     lowered = next((c for c in result["culprits"] if c["kind"] == "lowered op"), None)
     if lowered:
-        result["reproduce"] = reproduce(prober, "inductor", {lowered["knob"]: lowered["count"]})
-        result["workaround"] = _confirm(prober, stage, lowered)
+        result["reproduce"] = reproduce(prober, failing, "inductor", {lowered["knob"]: lowered["count"]})
+        result["workaround"] = _confirm(prober, failing, lowered)
     result["verdict"] = _compiler_verdict(stage, result, fixed_by)
 
 
@@ -236,13 +238,13 @@ def _describe_application(verdict: dict, key: str, index: int) -> dict:
             "graph": err.get("graph"), "graph_kind": None}
 
 
-def _confirm(prober: _Prober, stage: str, culprit: dict) -> Optional[dict]:
+def _confirm(prober: _Prober, failing: dict, culprit: dict) -> Optional[dict]:
     """Force the culprit's op to aten everywhere: does the whole program pass then?"""
     target = culprit.get("target")
     if not target:
         return None
     op = str(target)
-    ops = sorted(set(prober.config.fallback_ops) | {op})
+    ops = sorted(set((failing.get("config") or {}).get("fallback_ops") or []) | {op})
     verdict = prober.run(f"fallback_ops={op}", "inductor", {"fallback_ops": ops})
     return {"fallback_ops": ops, "passes": not _fails(verdict), "stage": verdict.get("stage"),
             "env": {"TDBG_FALLBACK_OPS": ",".join(ops)}}
@@ -264,12 +266,11 @@ def _compiler_verdict(stage: str, result: dict, fixed_by: set) -> dict:
     return {"level": "compiler", "stage": stage, "summary": " ".join(parts).replace(" ;", ";")}
 
 
-def reproduce(prober: _Prober, backend: str, changes: dict) -> dict:
-    """The command and environment that reproduce a verdict (only non-default config fields)."""
-    from tdbg.compiler.config import Config
-    cfg = prober.config.replace(**changes)
-    default = json.loads(Config().to_json())
-    mine = json.loads(cfg.to_json())
+def reproduce(prober: _Prober, verdict: dict, backend: str, changes: dict) -> dict:
+    """The command and environment that reproduce a verdict: the config of the run that showed
+    it (`verdict["config"]`) with `changes`, as TDBG_CONFIG holding only non-default fields."""
+    mine = {**(verdict.get("config") or {}), **changes}
+    default = verdict.get("default_config") or {}
     diff = {k: v for k, v in mine.items() if v != default.get(k) and k not in _PRIVATE_FIELDS}
     env = {"TDBG_CONFIG": json.dumps(diff, sort_keys=True)} if diff else {}
     argv = ["tdbg", "run", prober.script, "--backend", backend, "--check-accuracy"]

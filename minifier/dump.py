@@ -4,7 +4,7 @@ and `tdbg minify SCRIPT` install).
 Levels, as PyTorch users know them:
   1  write repro.py when a graph fails to compile or run
   2  also write minifier_launcher.py (the file `tdbg minify` takes)
-  3  before compiling each graph, write graph_<k>/minifier_launcher.py (random inputs shaped
+  3  also, before compiling each graph, write graph_<k>/minifier_launcher.py (random inputs shaped
      like the real ones after AOT, where only fake tensors exist; rewritten with the real inputs
      on the first call): what survives a segfault
   4  check each compiled graph's first call against eager (float64 reference, per-dtype
@@ -93,7 +93,7 @@ class _Dumper:
     def dynamo_backend(self, gm, example_inputs):
         k = next(self.counter)
         snap = _snapshot(gm)
-        if self.level >= 3:
+        if self.level == 3:
             self._dump(snap, example_inputs, (LAUNCHER,), None, f"graph_{k}")
         fn = getattr(self.backend, "compiler_fn", self.backend)
         try:
@@ -106,7 +106,7 @@ class _Dumper:
         from tdbg.compiler import compile_aten
         k = next(self.counter)
         snap = _snapshot(gm)
-        if self.level >= 3:
+        if self.level == 3:
             self._dump(snap, example_inputs, (LAUNCHER,), None, f"graph_{k}")
         try:
             compiled = compile_aten(gm, example_inputs, config, graph_name=graph_name, kind=kind)
@@ -127,9 +127,11 @@ class _Dumper:
 
     def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:
         from tdbg.minifier.graph_io import TensorStore, from_graph_module
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from tdbg.minifier.oracle import Signature
         store = TensorStore()
-        case = from_graph_module(snap, _realize(inputs), store)
+        with unset_fake_temporarily():
+            case = from_graph_module(snap, _realize(inputs), store)
         expected = Signature.of(outcome).to_dict() if outcome is not None else None
         where = "before compiling" if outcome is None else outcome.summary()
         dump = Dump(case, store, self.spec(), expected,
@@ -205,7 +207,7 @@ class _Checked:
     def __call__(self, *args):
         first, self._calls = self._calls == 0, self._calls + 1
         d = self._dumper
-        if first and d.level >= 3:
+        if first and d.level == 3:
             d._dump(self._snap, args, (LAUNCHER,), None, self._tag)
         expected = _eager(self._snap, args) if first and d.level == 4 else None
         try:

@@ -40,8 +40,10 @@ class AccuracyError(TdbgError):
 
 
 def is_user_file(filename: str) -> bool:
+    """False for framework files and generated code (tdbg's output_code.py, <string> sources)."""
     real = os.path.realpath(filename)
-    return not (real.startswith(_FRAMEWORK_DIRS) or "site-packages" in real or filename.startswith("<"))
+    return not (real.startswith(_FRAMEWORK_DIRS) or "site-packages" in real or filename.startswith("<")
+                or os.path.basename(filename) == "output_code.py")
 
 
 def user_frames(frames) -> list:
@@ -169,7 +171,10 @@ class Session:
     def dynamo_backend(self, gm, example_inputs):
         frame = _current_frame_name()
         if self.function and not _frame_matches(frame, self.function):
-            return gm.forward
+            # Skipping the frame (not running its graph eagerly) lets Dynamo see the functions it
+            # calls as frames of their own, so `--function inner` works when inner is inlined.
+            from torch._dynamo.exc import SkipFrame
+            raise SkipFrame(f"tdbg --function {self.function}: frame {frame} not selected")
         index = len(self.graphs)
         info = {"index": index, "frame": frame, "ops": [op_name(n) for n in gm.graph.nodes
                                                         if n.op.startswith("call_")],

@@ -270,9 +270,19 @@ def evaluate(gm, inputs: list, spec: dict, *, graph_name: str = "repro") -> Outc
 def _compile(gm, inputs, spec, cfg, graph_name):
     if spec.get("after", "aot") == "aot":
         from tdbg.compiler import compile_aten
+        _propagate_meta(gm, inputs)
         return compile_aten(gm, _fresh(inputs), cfg, graph_name=graph_name, kind="inference")
     backend = resolve_backend(spec["backend"], cfg)
     return backend(gm, _fresh(inputs))
+
+
+def _propagate_meta(gm, inputs) -> None:
+    """node.meta["val"] (fake tensors), as AOTAutograd's graphs carry them for the compiler."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) if hasattr(x, "dtype") else x
+                                         for x in _fresh(inputs)])
 
 
 def _accuracy(gm, inputs, expected, actual, spec) -> Optional[Outcome]:

@@ -40,7 +40,12 @@ class RunRequest:
     fullgraph: bool = False
     function: Optional[str] = None
     check_accuracy: bool = False
-    config_json: str = "{}"              # tdbg Config.to_json() for the child
+    # The child's tdbg Config: `config_json` (a Config.to_json() text) when given, else the
+    # child's environment (config.from_env) with `config_changes` applied. The second form
+    # keeps the parent free of torch (importing tdbg.compiler imports torch).
+    config_json: Optional[str] = None
+    config_changes: dict = field(default_factory=dict)
+    repro_from_env: bool = False         # no `repro`: read TDBG_REPRO_AFTER/LEVEL in the child
     torch_logs: dict = field(default_factory=dict)   # torch._logging.set_logs(**torch_logs)
     repro: Optional[dict] = None         # {"after", "level", "out_dir"} for dump.wrap_backend
     timeout: Optional[float] = None
@@ -197,7 +202,12 @@ def _child(spec: dict) -> dict:
     from tdbg.minifier import instrument
     from tdbg.minifier.backends import BackendError, resolve
 
-    cfg = tdbg_config.Config.from_json(spec["config_json"])
+    try:
+        cfg = (tdbg_config.Config.from_json(spec["config_json"]) if spec["config_json"]
+               else tdbg_config.from_env().replace(**spec["config_changes"]))
+        repro = spec["repro"] or (_repro_from_env(tdbg_config) if spec["repro_from_env"] else None)
+    except ValueError as e:
+        return _bad_input(f"bad tdbg configuration: {e}")
     tdbg_config.set_default(cfg)
     script = spec["script"]
     if spec["torch_logs"]:
@@ -210,9 +220,9 @@ def _child(spec: dict) -> dict:
         except BackendError as e:
             return _bad_input(str(e))
         backend_fn, kind = backend.compiler_fn, backend.kind
-        if spec["repro"]:
+        if repro:
             from tdbg.minifier.dump import wrap_backend
-            backend_fn = wrap_backend(backend_fn, config=cfg, **spec["repro"])
+            backend_fn = wrap_backend(backend_fn, config=cfg, **repro)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  events_path=spec["events"])
@@ -232,7 +242,15 @@ def _child(spec: dict) -> dict:
         exc = e
     finally:
         sys.argv, sys.path[0], sys.modules["__main__"] = saved
-    return _verdict(session, exc, exit_code, script, cfg)
+    verdict = _verdict(session, exc, exit_code, script, cfg)
+    verdict["config"] = json.loads(cfg.to_json())
+    verdict["default_config"] = json.loads(tdbg_config.Config().to_json())
+    return verdict
+
+
+def _repro_from_env(tdbg_config) -> Optional[dict]:
+    after, level = tdbg_config.repro_from_env()
+    return {"after": after, "level": level, "out_dir": None} if after else None
 
 
 def _bad_input(message: str) -> dict:
@@ -283,9 +301,10 @@ def describe(exc: BaseException, session, script: str) -> dict:
     graph = tag["graph"] if tag else None
     info = session.graphs[graph] if graph is not None and graph < len(session.graphs) else {}
     fx = evidence.get("fx_node") or ", ".join(evidence.get("fx_nodes") or []) or None
+    source = evidence.get("source") if "\n" not in str(evidence.get("source") or "").strip() else None
     return {"stage": stage, "type": type(root).__name__,
             "message": _first_lines(evidence.get("message") or f"{type(root).__name__}: {root}"),
-            "source": evidence.get("source") or _user_line(chain, script),
+            "source": source or _user_line(chain, script),
             "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
             "frame": info.get("frame"), "during": tag["during"] if tag else None, "evidence": evidence,
             "traceback": "".join(traceback.format_exception(exc))}

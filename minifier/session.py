@@ -52,7 +52,7 @@ class Oracle:
 
 @dataclass
 class Report:
-    status: str                      # minified | flaky | no_failure
+    status: str                      # minified | flaky | no_failure | different (not the dump's failure)
     first: Outcome
     second: Optional[Outcome] = None
     signature: Optional[Signature] = None
@@ -110,6 +110,8 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
     oracle.signature = Signature.of(first, check_str)
     if check_str and not oracle.signature.matches(first):
         return Report("no_failure", first, signature=oracle.signature)
+    if dump.expected and not Signature(**dump.expected).matches(first):
+        return Report("different", first, signature=Signature(**dump.expected))
     emit({"event": "signature", "text": f"Failure: {oracle.signature.describe()}"})
     second = oracle.outcome(dump.case, "reproduce")
     if not oracle.signature.matches(second):

@@ -25,7 +25,11 @@ from tdbg.minifier.oracle import Outcome
 
 _HEADER = struct.Struct("<Q")
 STARTUP_TIMEOUT = 300.0
-MARGIN = 30.0  # slack on top of the query timeout before the worker itself counts as stuck
+MARGIN = 30.0
+# imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds)
+WARM_MODULES = ("sympy", "torch._dynamo", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
+                "torch.fx.passes.fake_tensor_prop", "torch.fx.experimental.symbolic_shapes",
+                "torch._decomp", "tdbg.minifier.accuracy", "tdbg.minifier.backends")  # slack on top of the query timeout before the worker itself counts as stuck
 
 
 def _write(fd: int, obj) -> None:
@@ -163,12 +167,18 @@ def serve(rfd: int, wfd: int) -> None:
 def _warm_up() -> None:
     """Pay one-time costs (FX codegen, lazy imports) before forking; runs no tensor code, so
     no thread pool exists yet and forking stays safe."""
-    import importlib.util
+    import importlib
+    import pkgutil
+
+    import tdbg.compiler
     from tdbg.minifier.graph_io import trace_source
+    for name in WARM_MODULES + tuple(f"tdbg.compiler.{m.name}" for m in pkgutil.iter_modules(tdbg.compiler.__path__)):
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module that cannot load here only loses its head start
+            pass
     trace_source("import torch\nclass Repro(torch.nn.Module):\n    def forward(self, x):\n"
                  "        return (torch.ops.aten.neg.default(x), torch.neg(x))\n")
-    if importlib.util.find_spec("tdbg.minifier.backends"):
-        import tdbg.minifier.backends  # noqa: F401
 
 
 def _run_forked(msg: dict, tensors: dict) -> Outcome:

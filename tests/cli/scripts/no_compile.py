@@ -1,0 +1,2 @@
+"""Never calls torch.compile."""
+print("nothing compiled here")

@@ -1,0 +1,48 @@
+"""The one backend resolver: every spelling, and clear errors for the wrong ones."""
+import pytest
+
+from tdbg.minifier import backends
+
+
+@pytest.mark.parametrize("name", ["eager", "aot_eager", "inductor", "torch:inductor", "tdbg.compiler:compile_fx",
+                                  "examples/toy_compiler.py:toy_compiler"])
+def test_valid_names_pass_the_torch_free_check(name):
+    backends.check_name(name)
+
+
+@pytest.mark.parametrize("name, phrase", [
+    ("inductr", "unknown backend 'inductr': choose one of eager, aot_eager, inductor, torch:NAME"),
+    ("nofile.py:fn", "file 'nofile.py' does not exist"),
+    ("1bad:fn", "is not MODULE:FUNCTION or FILE.py:FUNCTION"),
+])
+def test_wrong_names_are_explained(name, phrase):
+    with pytest.raises(backends.BackendError, match=None) as info:
+        backends.check_name(name)
+    assert phrase in str(info.value)
+
+
+def test_resolve_kinds():
+    import torch
+    from tdbg.compiler.config import Config
+    cfg = Config()
+    kinds = {name: backends.resolve(name, cfg).kind for name in
+             ("eager", "aot_eager", "inductor", "torch:inductor", "tdbg.compiler:compile_fx")}
+    assert kinds == {"eager": "eager", "aot_eager": "aot_eager", "inductor": "inductor", "torch:inductor": "torch",
+                     "tdbg.compiler:compile_fx": "user"}
+    gm = torch.fx.symbolic_trace(lambda x: torch.neg(x) * 2)
+    x = torch.randn(3)
+    assert torch.equal(backends.resolve("eager", cfg).compiler_fn(gm, [x])(x), gm(x))
+    with pytest.raises(backends.BackendError, match="Dynamo has no backend named 'nope'.*inductor"):
+        backends.resolve("torch:nope", cfg)
+    with pytest.raises(backends.BackendError, match="no callable named 'missing'"):
+        backends.resolve("tdbg.compiler:missing", cfg)
+
+
+def test_file_backend_of_the_running_script_is_looked_up_late(monkeypatch):
+    import sys
+    import types
+    fake_main = types.ModuleType("__main__")
+    fake_main.my_backend = lambda gm, inputs: "compiled"
+    b = backends.resolve("examples/toy_compiler.py:my_backend", None, script="examples/toy_compiler.py")
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    assert b.compiler_fn(None, []) == "compiled"

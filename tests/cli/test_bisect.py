@@ -1,0 +1,54 @@
+"""`tdbg bisect`: stops at eager for a Dynamo failure, ends at the `neg` node for injected bugs."""
+import pytest
+
+from tdbg.cli.console import exit_code
+
+
+@pytest.mark.scenario("bisect_dynamo")
+def test_dynamo_failure_stops_at_eager(scenarios):
+    r = scenarios["bisect_dynamo"]
+    assert r.code == exit_code("dynamo"), r.output
+    doc = r.json
+    assert (doc["schema"], doc["version"]) == ("tdbg.bisect", 1)
+    assert doc["first_failing_backend"] == "eager"
+    assert [b["backend"] for b in doc["backends"]] == ["eager"]
+    assert doc["verdict"]["level"] == "dynamo" and doc["subsystems"] == [] and doc["culprits"] == []
+    assert "Dynamo (capturing the program) is at fault" in r.stdout
+    assert [run["label"] for run in doc["runs"]] == ["uncompiled", "backend eager"]
+
+
+def _assert_ends_at_neg(r, stage):
+    assert r.code == exit_code(stage), r.output
+    doc = r.json
+    assert [(b["backend"], b["status"]) for b in doc["backends"]] == [
+        ("eager", "ok"), ("aot_eager", "ok"), ("inductor", "failed")]
+    assert [row["name"] for row in doc["subsystems"]] == [
+        "decompositions", "fusion", "parallelization", "vectorization", "random"]
+    assert all(row["result"] == "still fails" for row in doc["subsystems"])
+    culprit = doc["culprits"][0]
+    assert (culprit["kind"], culprit["fx_node"], culprit["count"], culprit["passes_with"]) == (
+        "lowered op", "neg", 1, 0)
+    assert "neg" in culprit["kernel"]
+    assert doc["graph"]["index"] == 0
+    repro = doc["reproduce"]
+    assert '"max_lowered_ops": 1' in repro["env"]["TDBG_CONFIG"]
+    assert f'"inject_bug": ["neg", "{ {"accuracy": "accuracy", "cpp_build": "compile_error"}[stage]}"]' \
+        in repro["env"]["TDBG_CONFIG"]
+    assert "Verdict:" in r.stdout and "culprit lowered op #0: FX node neg" in r.stdout
+    return doc
+
+
+@pytest.mark.scenario("bisect_foo2_accuracy")
+def test_foo2_accuracy_bug_ends_at_neg(scenarios):
+    doc = _assert_ends_at_neg(scenarios["bisect_foo2_accuracy"], "accuracy")
+    assert doc["culprits"][0]["target"] == "aten.neg.default"
+    assert doc["workaround"] == {"fallback_ops": ["aten.neg.default"], "passes": True, "stage": None,
+                                 "env": {"TDBG_FALLBACK_OPS": "aten.neg.default"}}
+    assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4"
+
+
+@pytest.mark.slow
+@pytest.mark.scenario("bisect_foo1_compile_error")
+def test_foo1_compile_error_ends_at_neg(scenarios):
+    doc = _assert_ends_at_neg(scenarios["bisect_foo1_compile_error"], "cpp_build")
+    assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2"

@@ -1,0 +1,40 @@
+"""Command-line checks that answer before any child process starts (click's CliRunner)."""
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from tdbg.cli.console import exit_code
+from tdbg.cli.main import cli
+
+SCRIPTS = "tests/cli/scripts"
+
+# arguments -> (exit code name, phrase of the one-paragraph message)
+BAD = {
+    ("run", "does/not/exist.py"): ("bad_input", "does not exist"),
+    ("bisect", "does/not/exist.py"): ("bad_input", "does not exist"),
+    ("explain", "does/not/exist.py"): ("bad_input", "does not exist"),
+    ("run", f"{SCRIPTS}/bad_syntax.py"): ("bad_input", "does not parse: invalid syntax at line 1"),
+    ("run", "examples/foo2.py", "--backend", "nope"): ("bad_input", "unknown backend 'nope': choose one of eager"),
+    ("run", "examples/foo2.py", "--backend", "missing.py:fn"): ("bad_input", "file 'missing.py' does not exist"),
+    ("run", "examples/foo2.py", "--logs", "dynamo,bogus"): ("usage", "unknown log channel(s) bogus"),
+    ("run", "examples/foo2.py", "--repro-level", "3"): ("usage", "need --repro-after"),
+}
+
+
+@pytest.mark.parametrize("args", sorted(BAD))
+def test_bad_input_is_one_clear_message(args):
+    code_name, phrase = BAD[args]
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == exit_code(code_name), result.output
+    assert phrase in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("command", ["run", "bisect", "explain"])
+def test_help_is_torch_free_and_lists_exit_codes(command):
+    code = ("import sys; from click.testing import CliRunner; from tdbg.cli.main import cli; "
+            f"r = CliRunner().invoke(cli, ['{command}', '--help']); "
+            "assert r.exit_code == 0, r.output; assert '  16  a compiled graph' in r.output, r.output; "
+            "assert 'torch' not in sys.modules, 'help imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True)

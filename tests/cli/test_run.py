@@ -1,0 +1,105 @@
+"""`tdbg run` on the seed examples: verdict, exit code and JSON for each failure stage."""
+import pytest
+
+from tdbg.cli.console import exit_code
+
+pytestmark = pytest.mark.scenario(
+    "run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_crash", "run_foo2_kernel_runtime",
+    "run_toy_compiler", "run_dynamo_failure", "run_exits_seven", "run_no_compile", "run_timeout",
+    "run_function")
+
+# scenario -> (stage, exit code name, FX node, phrase of the report)
+FAILURES = {
+    "run_foo2_accuracy": ("accuracy", "accuracy", None, "differ from eager"),
+    "run_foo1_compile_error": ("cpp_build", "cpp_build", "cat, maximum, neg", "tdbg_injected_compile_error_neg"),
+    "run_foo2_crash": ("crash", "crash", None, "SIGSEGV"),
+    "run_foo2_kernel_runtime": ("kernel_runtime", "kernel_runtime", "neg", "injected runtime error in neg"),
+    "run_toy_compiler": ("backend", "backend", None, "toy_compiler does not support relu"),
+    "run_dynamo_failure": ("dynamo", "dynamo", None, "Data-dependent branching"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILURES))
+def test_failure_stage_exit_code_and_json(scenarios, name):
+    stage, code_name, fx_node, phrase = FAILURES[name]
+    r = scenarios[name]
+    assert r.code == exit_code(code_name), r.output
+    assert f"(stage {stage}, exit code {exit_code(code_name)})" in r.stdout
+    assert phrase in r.stdout
+    doc = r.json
+    assert (doc["schema"], doc["version"], doc["exit_code"]) == ("tdbg.run", 1, exit_code(code_name))
+    assert doc["verdict"]["status"] == "failed" and doc["verdict"]["stage"] == stage
+    if fx_node:
+        assert doc["verdict"]["error"]["fx_node"] == fx_node
+
+
+@pytest.mark.parametrize("name", ["run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_kernel_runtime",
+                                  "run_foo2_crash"])
+def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
+    r = scenarios[name]
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["frame"]) == (0, name.split("_")[1])
+    script = "examples/foo1.py" if "foo1" in name else "examples/foo2.py"
+    level = {"run_foo2_accuracy": "4", "run_foo2_crash": "3"}.get(name, "2")
+    assert r.json["next_commands"] == [f"tdbg bisect {script}", f"tdbg minify {script} --after aot --level {level}"]
+    assert f"tdbg bisect {script}" in r.stdout
+
+
+def test_source_line_and_kernel_are_reported(scenarios):
+    err = scenarios["run_foo1_compile_error"].json["verdict"]["error"]
+    assert err["source"] == "examples/foo1.py:17 in <module>: result = compiled_foo1(x1, x2)"
+    assert err["kernel"].startswith("cpp_") and "neg" in err["kernel"]
+    # the real g++ error, trimmed: a few lines, not the whole log
+    assert "error:" in err["message"] and len(err["message"].splitlines()) <= 13
+    dyn = scenarios["run_dynamo_failure"].json["verdict"]["error"]
+    assert dyn["source"] == "examples/dynamo_failure.py:6 in clip_if_large: if x.sum() > 0:"
+
+
+def test_accuracy_report_names_output(scenarios):
+    err = scenarios["run_foo2_accuracy"].json["verdict"]["error"]
+    mismatch = err["evidence"]["mismatches"][0]
+    assert mismatch["output"] == "out[0]" and mismatch["shape"] == [8390, 8]
+    assert mismatch["max_abs_error"] > 1.0
+
+
+def test_user_backend_failure_points_at_minify_after_dynamo(scenarios):
+    r = scenarios["run_toy_compiler"]
+    assert r.json["next_commands"] == [
+        "tdbg minify examples/toy_compiler.py --after dynamo --level 2 --backend examples/toy_compiler.py:toy_compiler"]
+    assert r.json["verdict"]["error"]["message"] == "AssertionError: toy_compiler does not support relu"
+
+
+def test_script_own_failure_keeps_its_exit_code(scenarios):
+    r = scenarios["run_exits_seven"]
+    assert r.code == 7
+    assert r.json["verdict"]["stage"] == "script" and r.json["exit_code"] == 7
+
+
+def test_script_that_never_compiles_is_bad_input(scenarios):
+    r = scenarios["run_no_compile"]
+    assert r.code == exit_code("bad_input")
+    assert "never called torch.compile" in r.stdout
+    assert r.json["verdict"]["stage"] == "bad_input"
+
+
+def test_timeout_kills_the_child(scenarios):
+    r = scenarios["run_timeout"]
+    assert r.code == exit_code("timeout")
+    assert r.json["verdict"]["stage"] == "timeout" and r.json["verdict"]["duration_s"] < 30
+
+
+def test_function_compiles_only_that_frame_and_passes_argv(scenarios):
+    r = scenarios["run_function"]
+    assert r.code == 0, r.output     # the script exits 5 unless it got `--flag`
+    graphs = r.json["verdict"]["graphs"]
+    assert [(g["frame"], g["ops"]) for g in graphs] == [("inner", ["sin", "add"])]
+
+
+@pytest.mark.slow
+@pytest.mark.scenario("run_mlp_ok")
+def test_training_step_passes_with_accuracy_check(scenarios):
+    r = scenarios["run_mlp_ok"]
+    assert r.code == 0, r.output
+    assert r.json["verdict"]["status"] == "ok"
+    assert all(g.get("checked") for g in r.json["verdict"]["graphs"])
+    assert "OK examples/mlp_train.py: backend inductor" in r.stdout
