@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import err, exit_code, exit_codes_help, out, write_json
+from tdbg.cli.console import err, exit_code, exit_codes_help, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 1
 
@@ -26,6 +26,8 @@ def bisect(script, args, timeout, jobs, json_path):
     fusion (FX node and kernel), and prints the command and environment that reproduce it.
     """
     common.require_script(script)
+    if json_path == "-":
+        report_to_stderr()
     from tdbg.minifier.bisect import bisect as run_bisect
     result = run_bisect(script, list(args), {}, timeout=timeout, jobs=jobs, on_step=_progress)
     code = _exit(result)

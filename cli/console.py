@@ -53,6 +53,12 @@ def out():
     return _out
 
 
+def report_to_stderr() -> None:
+    """Send what out() prints to stderr (with `--json -`, stdout carries only the JSON document)."""
+    global _out
+    _out = err()
+
+
 def err():
     global _err
     if _err is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import exit_code, exit_codes_help, out, write_json
+from tdbg.cli.console import exit_code, exit_codes_help, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
 
@@ -25,10 +25,12 @@ def explain(script, args, max_graph_breaks, max_recompiles, timeout, json_path):
     the guard that failed in user terms and what to do about it.
     """
     common.require_script(script)
+    if json_path == "-":
+        report_to_stderr()
     from tdbg.minifier.explain import build_report, exceeded
     from tdbg.minifier.runner import RunRequest, run_script
     verdict = run_script(RunRequest(script=script, argv=list(args), backend="eager",
-                                    timeout=timeout))
+                                    timeout=timeout, stdout_to_stderr=json_path == "-"))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)

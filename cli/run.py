@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import exit_codes_help, fail, out, write_json
+from tdbg.cli.console import exit_codes_help, fail, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
@@ -40,6 +40,8 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     first lines of the real error, and the next command to run.
     """
     common.require_script(script)
+    if json_path == "-":
+        report_to_stderr()
     common.check_backend(backend)
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
@@ -51,7 +53,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
                          check_accuracy=check_accuracy, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
-                         timeout=timeout)
+                         timeout=timeout, stdout_to_stderr=json_path == "-")
     verdict = run_script(request)
     code, commands = _outcome(verdict, script, args, backend)
     render(verdict, script, backend, code, commands)

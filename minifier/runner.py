@@ -50,6 +50,7 @@ class RunRequest:
     repro: Optional[dict] = None         # {"after", "level", "out_dir"} for dump.wrap_backend
     timeout: Optional[float] = None
     capture: bool = False                # keep the script's stdout/stderr (tails go in the verdict)
+    stdout_to_stderr: bool = False       # not captured: the script's stdout goes to our stderr
 
 
 def check_script(path: str) -> Optional[str]:
@@ -119,6 +120,9 @@ def _run_in(tmp: str, req: RunRequest, pool) -> dict:
 
 def _spawn(paths: dict, req: RunRequest):
     outs = [open(paths[p], "w") for p in ("stdout.txt", "stderr.txt")] if req.capture else [None, None]
+    if req.stdout_to_stderr and not req.capture:
+        sys.stderr.flush()
+        outs[0] = os.fdopen(os.dup(sys.stderr.fileno()), "w")
     proc = subprocess.Popen([sys.executable, "-m", "tdbg.minifier.runner", paths["spec.json"]],
                             stdout=outs[0], stderr=outs[1], start_new_session=True)
     timed_out = False
