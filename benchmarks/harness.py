@@ -67,6 +67,7 @@ class Cell:
     first_call_s: Optional[float] = None
     compile_s: Optional[float] = None
     minor_faults_per_call: Optional[float] = None
+    fault_share: Optional[float] = None   # estimated fraction of the time spent in page faults
     speedup_vs_eager: Optional[float] = None
     time_vs_inductor: Optional[float] = None
     gbps: Optional[float] = None
@@ -107,6 +108,24 @@ def copy_bandwidth(n: int, repeat: int) -> dict:
         torch.add(a, b, out=c)
     seconds = median(alternate({"copy": lambda: torch.add(a, b, out=c)}, max(repeat, 5))["copy"]["seconds"])
     return {"elements": n, "bytes": 12 * n, "seconds": seconds, "gbps": 12 * n / seconds / 1e9}
+
+
+def fault_cost(n: int, repeat: int = 5) -> dict:
+    """Seconds per minor page fault: filling fresh (just mapped) memory minus filling touched memory."""
+    import torch
+    from tdbg.minifier.profiling import median, timed
+    touched = torch.empty(n)
+    touched.fill_(1.0)
+    fresh, warm, faults = [], [], []
+    for _ in range(repeat):
+        buf = torch.empty(n)
+        seconds, count, _ = timed(buf.fill_, 1.0)
+        fresh.append(seconds)
+        faults.append(count)
+        del buf
+        warm.append(timed(touched.fill_, 1.0)[0])
+    per_fault = max(0.0, median(fresh) - median(warm)) / max(median(faults), 1)
+    return {"elements": n, "faults": median(faults), "seconds_per_fault": per_fault}
 
 
 def startup_cost(spec: str) -> dict:
@@ -248,14 +267,17 @@ def run(workloads: list, backends: list, settings: Settings) -> dict:
             startup_cost("torch:eager")     # Dynamo's own first-use cost, so no backend is charged for it
             startup = [startup_cost(b) for b in backends if b != "eager"]
             bandwidth = copy_bandwidth(settings.copy_elements, settings.repeat)
+            faults = fault_cost(settings.copy_elements)
             cells = [c for w in workloads for c in run_workload(w, backends, settings)]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     for c in cells:
         if c.gbps:
             c.bandwidth_fraction = c.gbps / bandwidth["gbps"]
+        if c.median_s and c.minor_faults_per_call is not None:
+            c.fault_share = min(1.0, c.minor_faults_per_call * faults["seconds_per_fault"] / c.median_s)
     return {"goals": goals(workloads, cells, startup), "machine": machine(), "settings": dataclasses.asdict(settings), "backends": backends,
-            "bandwidth": bandwidth, "startup": startup,
+            "bandwidth": bandwidth, "page_fault": faults, "startup": startup,
             "workloads": {w.name: w.description for w in workloads},
             "cells": [dataclasses.asdict(c) for c in cells]}
 
@@ -277,11 +299,12 @@ def cell_row(c: dict) -> list:
     return [c["workload"], _label(c["backend"]), _fmt(c["median_s"] * 1e3, ".3f"), _fmt(c["speedup_vs_eager"], ".2f", "x"),
             _fmt(c["time_vs_inductor"], ".2f", "x"), _fmt(c["compile_s"], ".3f"),
             _fmt(c["gbps"], ".1f") + ("" if frac is None else f" ({frac:.0%})"),
-            _fmt(c["minor_faults_per_call"], ".0f"), "ok"]
+            _fmt(c["minor_faults_per_call"], ".0f") + ("" if not c["fault_share"] else f" ({c['fault_share']:.0%})"),
+            "ok"]
 
 
 COLUMNS = ("workload", "backend", "ms/call", "speedup vs eager", "time / inductor", "cold compile s",
-           "GB/s (% of copy)", "faults/call", "check")
+           "GB/s (% of copy)", "faults/call (% of time)", "check")
 
 
 def render(payload: dict, console=None) -> None:
@@ -291,7 +314,8 @@ def render(payload: dict, console=None) -> None:
     m, bw = payload["machine"], payload["bandwidth"]
     console.print(f"{m['date']}  {m['cpu']}  {m['cores']} cores  torch {m['torch']}  "
                   f"threads={payload['settings']['threads']}  repeat={payload['settings']['repeat']}")
-    console.print(f"copy bandwidth (torch.add out=, {bw['elements']} fp32): {bw['gbps']:.1f} GB/s")
+    console.print(f"copy bandwidth (torch.add out=, {bw['elements']} fp32): {bw['gbps']:.1f} GB/s; "
+                  f"a minor page fault costs {payload['page_fault']['seconds_per_fault'] * 1e6:.2f} us")
     for s in payload["startup"]:
         text = f"error {s['error']}" if "error" in s else (
             f"{s['startup_s']:.3f} s (first trivial compile {s['first_compile_s']:.3f} s, "

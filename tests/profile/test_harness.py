@@ -64,6 +64,8 @@ def test_correct_backends_get_figures(result):
     assert dynamo["gbps"] == pytest.approx(2 * 64 * 1024 * 4 / dynamo["median_s"] / 1e9)
     assert dynamo["bandwidth_fraction"] == pytest.approx(dynamo["gbps"] / doc["bandwidth"]["gbps"])
     assert doc["bandwidth"]["elements"] == 1 << 20 and doc["settings"]["threads"] == 2
+    share = dynamo["minor_faults_per_call"] * doc["page_fault"]["seconds_per_fault"] / dynamo["median_s"]
+    assert dynamo["fault_share"] == pytest.approx(min(1.0, share))
     assert [s["backend"] for s in doc["startup"]] == ["torch:eager", WRONG, "torch:no_such_backend"]
     assert "error" in doc["startup"][2] and "startup_s" in doc["startup"][0]
 
