@@ -101,11 +101,13 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
         return [common.command_line(["tdbg", "bisect", *words])]
     if stage not in COMPILER_STAGES:
         return []
+    commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]
+    if verdict.get("repro_dir"):      # the dump already holds the failing graph: minify that
+        return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
     after = "aot" if backend in ("inductor", "aot_eager") else "dynamo"
     minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]
     if backend != "inductor":
         minify += ["--backend", backend]
-    commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]
     return commands + [common.command_line(minify + (["--", *args] if args else []))]
 
 
@@ -158,5 +160,6 @@ def _graph_text(err: dict, count: int):
 
 
 def _debug_line(verdict: dict) -> None:
-    if verdict.get("debug_dir"):
-        out().print(f"  [bold]debug dir:[/] {verdict['debug_dir']}")
+    for key, label in (("debug_dir", "debug dir"), ("repro_dir", "repro files")):
+        if verdict.get(key):
+            out().print(f"  [bold]{label}:[/] {verdict[key]}")

@@ -226,6 +226,8 @@ def _child(spec: dict) -> dict:
         backend_fn, kind = backend.compiler_fn, backend.kind
         if repro:
             from tdbg.minifier.dump import wrap_backend
+            from tdbg.minifier.repro import new_run_dir
+            repro = dict(repro, out_dir=repro.get("out_dir") or new_run_dir())
             backend_fn = wrap_backend(backend_fn, config=cfg, **repro)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
@@ -247,6 +249,8 @@ def _child(spec: dict) -> dict:
     finally:
         sys.argv, sys.path[0], sys.modules["__main__"] = saved
     verdict = _verdict(session, exc, exit_code, script, cfg)
+    if repro and os.path.isdir(repro["out_dir"]) and os.listdir(repro["out_dir"]):
+        verdict["repro_dir"] = os.path.abspath(repro["out_dir"])
     verdict["config"] = json.loads(cfg.to_json())
     verdict["default_config"] = json.loads(tdbg_config.Config().to_json())
     return verdict
