@@ -106,15 +106,19 @@ def render(report, start: str) -> None:
 def _render_compile(report) -> None:
     from rich.table import Table
     c = out()
-    t = Table(title="compiled graphs (backend compile time per graph)")
+    t = Table(title="compiled graphs")
     for col in ("compile id", "frame", "ops", "backend s", "note"):
         t.add_column(col, justify="right" if col in ("ops", "backend s") else "left")
     for g in report.graphs:
         note = "recompile" if g.recompile else ""
         t.add_row(g.compile_id, g.frame, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
     _table(t)
+    backend_s = sum(g.seconds for g in report.graphs)
+    first_s = sum(cp.first_call_s for cp in report.callables)
+    c.print(f"first calls {first_s:.3f}s = backend {backend_s:.3f}s + Dynamo capture, guards and first runs "
+            f"{first_s - backend_s:.3f}s")
     if report.stages:
-        rest = sum(g.seconds for g in report.graphs) - sum(report.stages.values())
+        rest = backend_s - sum(report.stages.values())
         c.print("compile stages (summed over graphs): " + ", ".join(
             f"{name} {secs:.3f}s" for name, secs in sorted(report.stages.items(), key=lambda kv: -kv[1]))
             + f"; rest of the backend time (AOTAutograd, decompositions, wrapper) {rest:.3f}s")
