@@ -158,6 +158,7 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     configure_logging(config)
     trace = trace or _start_trace(config, graph_name)
     spec = _output_spec(aten_gm)
+    get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
     if not _static(example_inputs):
         log.info("%s: dynamic shapes; running the aten graph unchanged", graph_name)
         return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
