@@ -94,7 +94,7 @@ class Signature:
     def matches(self, o: Outcome) -> bool:
         if o.kind != self.kind:
             return False
-        if self.check_str and self.check_str not in (o.message + "\n" + o.pattern):
+        if self.check_str and self.check_str not in o.message:
             return False
         if self.kind in ("compile_error", "runtime_error"):
             return o.exc_type == self.exc_type and o.pattern == self.pattern
@@ -139,7 +139,7 @@ def key_line(e: BaseException) -> str:
 
 def normalize(line: str) -> str:
     line = re.sub(r"(?:[A-Za-z]:)?(?:/[^\s:'\"()]+)+", "<path>", line)
-    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    line = re.sub(r"0x[0-9a-fA-F]+", "<addr>", line)
     return re.sub(r"\d+", "N", line)[:300]
 
 

@@ -1,0 +1,101 @@
+"""Failure signatures, in-process evaluation, and isolated warm workers (crash, hang)."""
+import signal
+
+import pytest
+import torch
+
+from tdbg.minifier.graph_io import case_source
+from tdbg.minifier.oracle import Outcome, Signature, evaluate, normalize
+from tdbg.minifier.workers import Pool
+from mincases import make_case
+
+RAISES = """
+def picky(gm, example_inputs):
+    if any(n.target is torch.neg for n in gm.graph.nodes):
+        raise NotImplementedError(f"picky: no neg at /tmp/x{len(gm.graph.nodes)}.cpp:12")
+    return gm
+"""
+WRONG = """
+def wrong(gm, example_inputs):
+    def run(*args):
+        out = gm(*args)
+        return tuple(o + 1 if i == 1 else o for i, o in enumerate(out))
+    return run
+"""
+CRASH = """
+def segv(gm, example_inputs):
+    import os, signal
+    if any(n.target is torch.neg for n in gm.graph.nodes):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return gm
+"""
+HANG = """
+def slow(gm, example_inputs):
+    import time
+    time.sleep(60)
+    return gm
+"""
+
+
+def spec(source, name, **extra):
+    return {"after": "dynamo", "backend": {"kind": "source", "name": name, "source": source},
+            "config": {}, **extra}
+
+
+def two_outputs(x):
+    return torch.neg(x), torch.sin(x)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with Pool(timeout=5.0) as p:
+        yield p
+
+
+def test_compile_error_signature_blurs_paths_and_numbers():
+    case, store = make_case(two_outputs, torch.ones(3))
+    o = evaluate(case.gm, store.values(case.inputs), spec(RAISES, "picky"))
+    assert (o.kind, o.exc_type, o.pattern) == ("compile_error", "NotImplementedError", "picky: no neg at <path>:N")
+    assert Signature.of(o).matches(Outcome("compile_error", "NotImplementedError", pattern=o.pattern))
+    assert not Signature.of(o).matches(Outcome("compile_error", "RuntimeError", pattern=o.pattern))
+    assert not Signature.of(o).matches(Outcome("runtime_error", "NotImplementedError", pattern=o.pattern))
+
+
+def test_check_str_narrows_the_signature():
+    o = Outcome("compile_error", "E", "boom in kernel A", "boom in kernel A")
+    assert Signature.of(o, "kernel A").matches(o)
+    assert not Signature.of(o, "kernel A").matches(Outcome("compile_error", "E", "boom in kernel B", o.pattern))
+
+
+def test_accuracy_names_the_output():
+    case, store = make_case(two_outputs, torch.ones(3))
+    o = evaluate(case.gm, store.values(case.inputs), spec(WRONG, "wrong", check_accuracy=True))
+    assert o.kind == "accuracy" and o.outputs == ("out[1]",)
+    assert "max abs error 1" in o.mismatches[0]["message"]
+    assert evaluate(case.gm, store.values(case.inputs), spec(WRONG, "wrong", check_accuracy=True,
+                                                             tolerance=2.0)).kind == "pass"
+
+
+def test_a_graph_that_fails_eagerly_is_invalid_not_a_compiler_failure():
+    case, store = make_case(lambda x, y: torch.mm(x, y), torch.ones(2, 3), torch.ones(2, 3))
+    assert evaluate(case.gm, store.values(case.inputs), spec(WRONG, "wrong")).kind == "invalid"
+
+
+def test_normalize():
+    assert normalize("error at /a/b/c.cpp:10:3 in tmp12 (0xdeadbeef)") == "error at <path>:N:N in tmpN (<addr>)"
+
+
+def test_worker_reports_a_crash_with_its_signal_and_carries_on(pool):
+    case, store = make_case(two_outputs, torch.ones(3))
+    crash = pool.query(case_source(case), list(case.inputs), store, spec(CRASH, "segv"))
+    assert (crash.kind, crash.signal) == ("crash", signal.SIGSEGV)
+    ok, _ = make_case(lambda x: torch.sin(x), torch.ones(3))
+    assert pool.query(case_source(ok), list(ok.inputs), store, spec(CRASH, "segv")).kind == "pass"
+    assert pool.replaced == 0  # only the forked child died
+
+
+def test_worker_turns_a_hang_into_a_timeout(pool):
+    case, store = make_case(two_outputs, torch.ones(3))
+    hang = pool.query(case_source(case), list(case.inputs), store, spec(HANG, "slow"))
+    assert hang.kind == "hang"
+    assert pool.query(case_source(case), list(case.inputs), store, spec(RAISES, "picky")).kind == "compile_error"
