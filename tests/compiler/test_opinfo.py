@@ -1,0 +1,369 @@
+"""Differential sweep of tdbg's compiler over torch's OpInfo database (float32, CPU).
+
+Per op, a few samples are traced together into one aten graph (make_fx over a functionalized
+function, with tdbg's decomposition table, fake tensors) and compiled with `compile_aten`.
+Each op ends up in exactly one class:
+
+  lowered     every aten node ran as generated C++, and the values match eager
+  fell_back   some aten node ran through aten (CompiledGraph.fallback_targets), values match
+  mismatched  compiled values differ from eager (judged by minifier.accuracy.compare) - a bug
+  failed      the compiler raised, or the compiled graph raised                     - a bug
+  crashed     the worker process died (signal) or hung on this op                   - a bug
+  skipped     no sample could be traced (e.g. data-dependent output shapes); reason given
+
+Ops whose eager result changes between runs (random ops, uninitialised memory) are compiled
+and classified but their values are not compared.
+
+The sweep runs in worker subprocesses (a kernel that segfaults must not take pytest down); the
+parent resumes after a dead worker. Fast subset: always on. Full sweep: `-m slow`, which writes
+its table to `<pytest tmp>/opinfo_sweep.json` and prints the counts. Standalone:
+
+    python tests/compiler/test_opinfo.py [--ops neg,add] [--out sweep.json] [--workers 2]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+SAMPLES_PER_OP = 3
+OP_TIMEOUT = 300.0
+STATUSES = ("lowered", "fell_back", "mismatched", "failed", "crashed", "skipped")
+
+# The fast subset, with the class each op must land in.
+FAST_OPS = {
+    "neg": "lowered", "abs": "lowered", "exp": "lowered", "rsqrt": "lowered", "sigmoid": "lowered",
+    "tanh": "lowered", "add": "lowered", "mul": "lowered", "div.floor_rounding": "lowered",
+    "maximum": "lowered", "where": "lowered", "clamp": "lowered", "pow": "lowered",
+    "sum": "lowered", "mean": "lowered", "amax": "lowered", "var": "lowered",
+    "softmax": "lowered", "log_softmax": "lowered", "nn.functional.layer_norm": "lowered",
+    "cat": "lowered", "permute": "lowered", "expand": "lowered", "select": "lowered",
+    "nn.functional.pad.constant": "lowered", "gather": "lowered", "index_select": "lowered",
+    "mm": "fell_back", "bernoulli": "fell_back",
+}
+
+
+# ---------------------------------------------------------------- one op (runs in a worker)
+
+def op_key(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _clone(inputs):
+    """Copies that keep each tensor's storage, offset and strides (as_strided samples need them)."""
+    import torch
+    return [torch.empty((0,), dtype=x.dtype).set_(x.untyped_storage().clone(), x.storage_offset(),
+                                                  x.size(), x.stride())
+            if x.layout == torch.strided else x.clone() for x in inputs]
+
+
+def _graph_function(op, samples):
+    """(fn, tensor inputs): fn(*tensors) runs `op` on every sample, returning per-sample tensor tuples."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat = [pytree.tree_flatten((s.input, s.args, s.kwargs)) for s in samples]
+    inputs = _clone([leaf.detach() for leaves, _ in flat for leaf in leaves if isinstance(leaf, torch.Tensor)])
+
+    def fn(*tensors):
+        it, outs = iter(tensors), []
+        for leaves, spec in flat:
+            vals = [next(it) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+            inp, args, kwargs = pytree.tree_unflatten(vals, spec)
+            result = op.op(inp, *args, **kwargs)
+            outs.append(tuple(t for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor)))
+        return tuple(outs)
+
+    return fn, inputs
+
+
+def _trace(fn, inputs):
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tdbg.compiler import config
+    from tdbg.compiler.decompositions import decomposition_table
+    return make_fx(functionalize(fn), decomposition_table=decomposition_table(config.current()),
+                   tracing_mode="fake")(*_clone(inputs))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _traceable(op, samples):
+    """(fn, inputs, gm, samples) for all samples, else for those that trace alone; or a reason."""
+    attempts = [samples] + ([[s] for s in samples] if len(samples) > 1 else [])
+    reason = None
+    for group in attempts:
+        fn, inputs = _graph_function(op, group)
+        try:
+            return (fn, inputs, _trace(fn, inputs), group), None
+        except Exception as e:
+            reason = reason or _first_line(e)
+    return None, reason
+
+
+def _varies(fn, inputs, expected, gm) -> str:
+    """Why values cannot be compared: random ops in the graph, or eager runs that disagree; else ''."""
+    import torch
+
+    from tdbg.minifier.accuracy import compare
+    seeded = torch.Tag.nondeterministic_seeded
+    if any(seeded in getattr(n.target, "tags", ()) for n in gm.graph.nodes if n.op == "call_function"):
+        return "random"
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        if compare(expected, fn(*_clone(inputs))):
+            return "uninitialised memory" if seed == 0 else "random"
+    return ""
+
+
+class _Skip(Exception):
+    """The harness cannot judge this op (not a compiler bug); the message is the reason."""
+
+
+def _prepare(op):
+    """(fn, inputs, gm, samples, expected, why values vary) for `op`, or raise _Skip."""
+    import itertools
+
+    import torch
+    torch.manual_seed(0)
+    try:
+        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=False), SAMPLES_PER_OP))
+    except Exception as e:
+        raise _Skip(f"sample_inputs: {_first_line(e)}")
+    if not samples:
+        raise _Skip("no float32 samples")
+    traced, reason = _traceable(op, samples)
+    if traced is None:
+        raise _Skip(f"trace: {reason}")
+    fn, inputs, gm, used = traced
+    if any(x.is_complex() or x.layout != torch.strided for x in inputs):
+        raise _Skip("complex or sparse inputs (tdbg handles dense real tensors)")
+    torch.manual_seed(0)
+    try:
+        expected = fn(*_clone(inputs))
+    except Exception as e:
+        raise _Skip(f"eager: {_first_line(e)}")
+    if any(x.is_complex() or x.layout != torch.strided for out in expected for x in out):
+        raise _Skip("complex or sparse outputs (tdbg handles dense real tensors)")
+    return fn, inputs, gm, used, expected, _varies(fn, inputs, expected, gm)
+
+
+def check_op(op, config=None) -> dict:
+    """Classify one OpInfo; the row of the sweep table."""
+    import torch
+
+    from tdbg.compiler import compile_aten
+    from tdbg.minifier.accuracy import compare, fp64_reference
+
+    start = time.perf_counter()
+    row = {"op": op_key(op), "samples": 0, "fallbacks": [], "kernels": 0, "detail": ""}
+
+    def done(status, detail=""):
+        row.update(status=status, detail=detail, seconds=round(time.perf_counter() - start, 2))
+        return row
+
+    try:
+        fn, inputs, gm, used, expected, varies = _prepare(op)
+    except _Skip as e:
+        return done("skipped", str(e))
+    row["samples"] = len(used)
+    try:
+        compiled = compile_aten(gm, _clone(inputs), config, graph_name=op_key(op).replace(".", "_"))
+    except Exception as e:
+        return done("failed", f"compile: {_first_line(e)}")
+    row["fallbacks"] = sorted({str(t) for t in compiled.fallback_targets})
+    row["kernels"] = len(compiled.kernels)
+    try:
+        torch.manual_seed(0)
+        actual = compiled(*_clone(inputs))
+    except Exception as e:
+        return done("failed", f"run: {_first_line(e)}")
+    status = "fell_back" if row["fallbacks"] else "lowered"
+    if varies:
+        return done(status, f"values not compared ({varies})")
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        row["detail"] = "no aten nodes"
+    mismatches = compare(expected, actual, fp64_reference(fn, inputs))
+    if mismatches:
+        return done("mismatched", _describe(mismatches, used, gm, inputs, expected))
+    return done(status, row["detail"])
+
+
+def _describe(mismatches, samples, gm, inputs, expected) -> str:
+    """Which samples broke and how; notes when the traced graph itself already differs from eager."""
+    from tdbg.minifier.accuracy import compare
+    lines = []
+    for m in mismatches[:3]:
+        index = int(m.output.split("]")[0].split("[")[1])
+        lines.append(f"{m.output} {m.dtype} {list(m.shape)}: {m.message}; sample {repr(samples[index])[:300]}")
+    if compare(expected, gm(*_clone(inputs))):
+        lines.append("the decomposed graph run by aten differs from eager too (decomposition)")
+    return "\n".join(lines)
+
+
+def _worker(keys: list, out_path: str) -> None:
+    """Classify `keys` in order, appending a start line and then the row for each to out_path."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    warnings.simplefilter("ignore")
+    by_key = {op_key(op): op for op in op_db}
+    with open(out_path, "a") as out:
+        for key in keys:
+            out.write(json.dumps({"start": key}) + "\n")
+            out.flush()
+            out.write(json.dumps(check_op(by_key[key])) + "\n")
+            out.flush()
+
+
+# ---------------------------------------------------------------- sweep driver (parent side)
+
+def all_op_keys() -> list:
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    return [op_key(op) for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+
+
+def _read_rows(path: str) -> tuple:
+    rows, started = {}, None
+    if os.path.exists(path):
+        for line in open(path).read().splitlines():
+            entry = json.loads(line)
+            if "start" in entry:
+                started = entry["start"]
+            else:
+                rows[entry["op"]] = entry
+    return rows, started
+
+
+def _run_worker(keys: list, out_path: str, env: dict) -> dict:
+    """Run one worker over `keys`, restarting after a crash or a hang; {key: row}."""
+    pending = list(keys)
+    rows = {}
+    while pending:
+        with open(out_path + ".stderr", "w+") as err:
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", out_path, *pending],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=err)
+            _wait(proc, out_path)
+            err.seek(0)
+            stderr = err.read()
+        rows, started = _read_rows(out_path)
+        if started and started not in rows:
+            how = "timeout" if proc.returncode == -9 else f"exit status {proc.returncode}"
+            rows[started] = {"op": started, "status": "crashed", "samples": 0, "fallbacks": [], "kernels": 0,
+                             "detail": f"worker died ({how}): {stderr.strip()[-400:]}", "seconds": None}
+            with open(out_path, "a") as out:
+                out.write(json.dumps(rows[started]) + "\n")
+        elif proc.returncode != 0:
+            raise RuntimeError(f"opinfo worker failed before any op: {stderr[-2000:]}")
+        pending = [k for k in pending if k not in rows]
+    return rows
+
+
+def _wait(proc, out_path: str) -> None:
+    """Wait for the worker; kill it when one op runs longer than OP_TIMEOUT."""
+    last, since = None, time.monotonic()
+    while proc.poll() is None:
+        time.sleep(0.5)
+        rows, started = _read_rows(out_path)
+        current = started if started not in rows else None
+        if current != last:
+            last, since = current, time.monotonic()
+        elif current is not None and time.monotonic() - since > OP_TIMEOUT:
+            proc.kill()
+            proc.wait()
+
+
+def sweep(keys: list, workdir: str, workers: int = 1) -> list:
+    """Rows for `keys` (in order), classified by `workers` parallel worker processes."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    chunks = [keys[i::workers] for i in range(workers)]
+    paths = [os.path.join(workdir, f"opinfo_worker_{i}.jsonl") for i in range(workers)]
+    for p in paths:
+        if os.path.exists(p):
+            os.unlink(p)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda a: _run_worker(*a, env), zip(chunks, paths)))
+    merged = {k: v for part in parts for k, v in part.items()}
+    return [merged[k] for k in keys]
+
+
+def summary(rows: list) -> dict:
+    counts = collections.Counter(r["status"] for r in rows)
+    trivial = sum(r["status"] == "lowered" and r["detail"] == "no aten nodes" for r in rows)
+    return {"counts": {s: counts.get(s, 0) for s in STATUSES}, "lowered_without_aten_nodes": trivial,
+            "total": len(rows), "ops": rows}
+
+
+def bugs(rows: list) -> list:
+    return [r for r in rows if r["status"] in ("mismatched", "failed", "crashed")]
+
+
+def _format_bugs(rows: list) -> str:
+    return "\n".join(f"{r['op']} [{r['status']}]: {r['detail']}" for r in bugs(rows))
+
+
+# ---------------------------------------------------------------- tests
+
+def test_fast_subset_lands_in_the_expected_classes(tmp_path):
+    rows = sweep(list(FAST_OPS), str(tmp_path), workers=1)
+    assert not bugs(rows), "compiler bugs found by the OpInfo sweep:\n" + _format_bugs(rows)
+    assert {r["op"]: r["status"] for r in rows} == FAST_OPS, json.dumps(rows, indent=1)[:4000]
+
+
+@pytest.mark.slow
+def test_sweep_classifies_a_crash_and_keeps_going(tmp_path):
+    """A worker that dies mid-op yields a `crashed` row, and the remaining ops are still swept."""
+    env = dict(os.environ, TDBG_INJECT_BUG="neg:crash")
+    out = str(tmp_path / "rows.jsonl")
+    rows = _run_worker(["neg", "abs"], out, env)
+    assert rows["neg"]["status"] == "crashed" and "-11" in rows["neg"]["detail"]
+    assert rows["abs"]["status"] == "lowered"
+
+
+@pytest.mark.slow
+def test_full_opinfo_sweep(tmp_path_factory):
+    workdir = tmp_path_factory.getbasetemp()
+    rows = sweep(all_op_keys(), str(workdir), workers=2)
+    result = summary(rows)
+    path = os.path.join(workdir, "opinfo_sweep.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\nOpInfo sweep ({result['total']} ops): {result['counts']}; table: {path}")
+    assert not bugs(rows), f"{len(bugs(rows))} compiler bugs (table: {path}):\n" + _format_bugs(rows)
+
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
+    parser.add_argument("keys", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--ops", help="comma-separated op keys (default: all float32 CPU ops)")
+    parser.add_argument("--out", default="opinfo_sweep.json")
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args.keys, args.worker)
+        return 0
+    keys = args.ops.split(",") if args.ops else all_op_keys()
+    workdir = os.path.dirname(os.path.abspath(args.out))
+    result = summary(sweep(keys, workdir, args.workers))
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result["counts"]), "->", args.out)
+    print(_format_bugs(result["ops"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
