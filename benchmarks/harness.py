@@ -19,6 +19,7 @@ Backends: `eager` (the function itself), `tdbg`, `torch:NAME` (torch.compile(bac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -252,25 +253,40 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def run(workloads: list, backends: list, settings: Settings) -> dict:
-    """The whole benchmark (fresh caches, thread count, no-grad); returns the JSON payload."""
+@contextlib.contextmanager
+def benchmark_state(settings: Settings):
+    """Threads, MHA fast path off, fresh tdbg and Inductor caches, no-grad; all restored afterwards."""
     import torch
     from tdbg.compiler import config as tdbg_config
+    saved = (torch.get_num_threads(), torch.backends.mha.get_fastpath_enabled(),
+             os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    cache = tempfile.mkdtemp(prefix="tdbg-bench-")
     torch.set_num_threads(settings.threads)
     torch.backends.mha.set_fastpath_enabled(False)
-    cache = tempfile.mkdtemp(prefix="tdbg-bench-")
-    # torch's Inductor reads its cache location when it first compiles: a fresh one per harness run
+    # torch's Inductor takes its cache location from the environment when it compiles
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     cfg = tdbg_config.current().replace(cache_dir=os.path.join(cache, "tdbg"), num_threads=settings.threads)
     try:
         with tdbg_config.use(cfg), torch.no_grad():
-            startup_cost("torch:eager")     # Dynamo's own first-use cost, so no backend is charged for it
-            startup = [startup_cost(b) for b in backends if b != "eager"]
-            bandwidth = copy_bandwidth(settings.copy_elements, settings.repeat)
-            faults = fault_cost(settings.copy_elements)
-            cells = [c for w in workloads for c in run_workload(w, backends, settings)]
+            yield
     finally:
+        torch.set_num_threads(saved[0])
+        torch.backends.mha.set_fastpath_enabled(saved[1])
+        if saved[2] is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved[2]
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def run(workloads: list, backends: list, settings: Settings) -> dict:
+    """The whole benchmark under `benchmark_state`; returns the JSON payload."""
+    with benchmark_state(settings):
+        startup_cost("torch:eager")     # Dynamo's own first-use cost, so no backend is charged for it
+        startup = [startup_cost(b) for b in backends if b != "eager"]
+        bandwidth = copy_bandwidth(settings.copy_elements, settings.repeat)
+        faults = fault_cost(settings.copy_elements)
+        cells = [c for w in workloads for c in run_workload(w, backends, settings)]
     for c in cells:
         if c.gbps:
             c.bandwidth_fraction = c.gbps / bandwidth["gbps"]
