@@ -1,6 +1,8 @@
 """`tdbg run`: run a script with every torch.compile sent to one backend; say what broke."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from tdbg.cli import common
@@ -102,7 +104,8 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     if stage not in COMPILER_STAGES:
         return []
     commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]
-    if verdict.get("repro_dir"):      # the dump already holds the failing graph: minify that
+    launcher = os.path.join(verdict.get("repro_dir") or "", "minifier_launcher.py")
+    if verdict.get("repro_dir") and os.path.isfile(launcher):   # the dump holds the failing graph
         return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
     after = "aot" if backend in ("inductor", "aot_eager") else "dynamo"
     minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]

@@ -27,6 +27,8 @@ SCENARIOS = {
     "run_function": (["run", f"{SCRIPTS}/two_functions.py", "--function", "inner", "--backend", "aot_eager",
                       "--", "--flag"], {}),
     "run_mlp_ok": (["run", "examples/mlp_train.py", "--check-accuracy"], {}),
+    "run_foo2_repro": (["run", "examples/foo2.py", "--repro-after", "aot", "--repro-level", "4", "--out", "{tmp}/repro"],
+                       {"TDBG_INJECT_BUG": "neg:accuracy"}),
     "explain_toy": (["explain", "examples/toy_example.py", "--max-graph-breaks", "2"], {}),
     "explain_recompile": (["explain", "examples/recompile_example.py", "--max-recompiles", "1"], {}),
     "bisect_dynamo": (["bisect", "examples/dynamo_failure.py"], {}),
@@ -41,6 +43,7 @@ class Result:
     stdout: str
     stderr: str
     json: dict
+    files: list      # files the run left in its temporary directory (relative paths)
 
     @property
     def output(self) -> str:
@@ -58,11 +61,12 @@ def run_tdbg(args, env=None, timeout=600) -> Result:
     with tempfile.TemporaryDirectory(prefix="tdbg-cli-test-") as tmp:
         json_path = os.path.join(tmp, "out.json")
         cut = args.index("--") if "--" in args else len(args)
-        argv = [*args[:cut], "--json", json_path, *args[cut:]]
+        argv = [a.replace("{tmp}", tmp) for a in [*args[:cut], "--json", json_path, *args[cut:]]]
         proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *argv], cwd=ROOT, env=_clean_env(env or {}),
                               capture_output=True, text=True, timeout=timeout)
         doc = json.load(open(json_path)) if os.path.exists(json_path) else {}
-    return Result(proc.returncode, proc.stdout, proc.stderr, doc)
+        files = sorted(os.path.relpath(os.path.join(d, f), tmp) for d, _, fs in os.walk(tmp) for f in fs)
+    return Result(proc.returncode, proc.stdout, proc.stderr, doc, files)
 
 
 class _Scenarios:

@@ -6,7 +6,7 @@ from tdbg.cli.console import exit_code
 pytestmark = pytest.mark.scenario(
     "run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_crash", "run_foo2_kernel_runtime",
     "run_toy_compiler", "run_dynamo_failure", "run_exits_seven", "run_no_compile", "run_timeout",
-    "run_function")
+    "run_function", "run_foo2_repro")
 
 # scenario -> (stage, exit code name, FX node, phrase of the report)
 FAILURES = {
@@ -103,3 +103,11 @@ def test_training_step_passes_with_accuracy_check(scenarios):
     assert r.json["verdict"]["status"] == "ok"
     assert all(g.get("checked") for g in r.json["verdict"]["graphs"])
     assert "OK examples/mlp_train.py: backend inductor" in r.stdout
+
+
+def test_repro_options_reach_the_dumper(scenarios):
+    r = scenarios["run_foo2_repro"]
+    assert r.code == exit_code("accuracy"), r.output
+    assert r.json["verdict"]["repro_dir"].endswith("/repro")
+    assert {"repro/repro.py", "repro/minifier_launcher.py"} <= set(r.files)
+    assert r.json["next_commands"][-1] == f"tdbg minify {r.json['verdict']['repro_dir']}"
