@@ -96,6 +96,8 @@ def render(report, start: str) -> None:
             "(includes compilation)")
     _render_compile(report)
     _render_profile(report.profiler_rows, PROFILER_ROWS, "torch.profiler, compiled (self CPU time)")
+    if report.time_split:
+        c.print("compiled self CPU time: " + ", ".join(f"{name} {share:.0%}" for name, share in report.time_split.items()))
     _render_profile(report.eager_profiler_rows, EAGER_PROFILER_ROWS, "torch.profiler, eager (self CPU time)")
     c.print(f"Chrome trace: {escape(str(report.trace_path))}")
     if report.debug_dir and os.path.isdir(report.debug_dir):

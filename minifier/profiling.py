@@ -31,6 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 KERNEL_NAME = re.compile(r"cpp_fused")
+# where the compiled run's self CPU time goes: (category, pattern on the profiler row name); first match wins
+TIME_CATEGORIES = (
+    ("generated kernels", re.compile(r"cpp_fused")),
+    ("aten ops", re.compile(r"^(aten|mkl|mkldnn|onednn)::")),
+    ("compiled-code wrappers", re.compile(r"Torch-Compiled Region|TorchDynamo|Pregraph bytecode|AOTDispatcher"
+                                          r"|CompiledFunction|CompiledFxGraph")),
+)
+OTHER = "other"
+OVERHEAD_FLAG_SHARE = 0.5   # flag when wrappers take at least this share of the compiled self time
 
 
 # ---------------------------------------------------------------- timing helpers
@@ -262,6 +271,7 @@ class ProfileReport:
     eager_profiler_rows: list
     trace_path: Optional[str]
     debug_dir: Optional[str] = None             # the compiler's debug traces of the compiled run
+    time_split: dict = field(default_factory=dict)  # TIME_CATEGORIES name -> share of compiled self CPU time
     flags: list = field(default_factory=list)   # {"kind", "message"}
 
     def to_dict(self) -> dict:
@@ -325,8 +335,20 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
         graphs=graphs, stages=_stage_times(cfg.debug_dir), fallbacks=_fallbacks(cfg.report_path),
         kernels=_kernels(cfg.report_path), explain=explained,
         profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path, debug_dir=cfg.debug_dir)
+    report.time_split = time_split(rows)
     report.flags = lost_speed_flags(report)
     return report
+
+
+def time_split(rows: list) -> dict:
+    """Share of the profiled self CPU time per TIME_CATEGORIES entry (and `other`)."""
+    total = sum(r["self_cpu_us"] for r in rows) or 1.0
+    split = {name: 0.0 for name, _ in TIME_CATEGORIES}
+    split[OTHER] = 0.0
+    for r in rows:
+        name = next((n for n, pattern in TIME_CATEGORIES if pattern.search(r["name"])), OTHER)
+        split[name] += r["self_cpu_us"] / total
+    return split
 
 
 def _check_pass(run: ScriptPass, script: str) -> None:
@@ -467,7 +489,15 @@ def _flag_slower(r: ProfileReport) -> list:
             for c in r.callables if c.speedup is not None and c.speedup < 1.0]
 
 
-LOST_SPEED_CHECKS = (_flag_graph_breaks, _flag_recompiles, _flag_fallbacks, _flag_page_faults, _flag_slower)
+def _flag_overhead(r: ProfileReport) -> list:
+    share = r.time_split.get("compiled-code wrappers", 0.0)
+    return [{"kind": "overhead", "message": f"{share:.0%} of the compiled run's self CPU time is in the wrappers "
+             "around the generated code (Dynamo guards, AOTAutograd, the graph's Python wrapper), not in "
+             "kernels or aten ops: the graphs are too small for their per-call cost"}] if share >= OVERHEAD_FLAG_SHARE else []
+
+
+LOST_SPEED_CHECKS = (_flag_graph_breaks, _flag_recompiles, _flag_fallbacks, _flag_page_faults, _flag_overhead,
+                     _flag_slower)
 
 
 def lost_speed_flags(report: ProfileReport) -> list:

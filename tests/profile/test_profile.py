@@ -62,6 +62,10 @@ def test_tdbg_kernels_appear_by_name_next_to_aten_ops(tmp_path):
     [graph] = doc["graphs"]
     assert graph["compile_id"] == "0/0" and graph["ops"] == 4 and graph["seconds"] >= sum(doc["stages"].values())
     assert "graph_0_cpp_fused_add_mul_0" in trace.read_text()
+    assert list(doc["time_split"]) == ["generated kernels", "aten ops", "compiled-code wrappers", "other"]
+    assert sum(doc["time_split"].values()) == pytest.approx(1.0)
+    assert doc["time_split"]["generated kernels"] == pytest.approx(
+        kernel["self_cpu_us"] / sum(r["self_cpu_us"] for r in doc["profiler_rows"]))
 
 
 @pytest.mark.parametrize("args, message, code", [
@@ -123,6 +127,10 @@ def test_lost_speed_flags_table():
     assert lost_speed_flags(_report(faults=pages - 1)) == []
     [flag] = lost_speed_flags(_report(faults=pages))
     assert flag["kind"] == "page_faults" and "1.0 MiB first touched each call" in flag["message"]
+    split = {"generated kernels": 0.2, "aten ops": 0.3, "compiled-code wrappers": 0.5, "other": 0.0}
+    [flag] = lost_speed_flags(_report(time_split=split))
+    assert flag["kind"] == "overhead" and flag["message"].startswith("50% of the compiled run's self CPU time")
+    assert lost_speed_flags(_report(time_split=dict(split, **{"compiled-code wrappers": 0.49}))) == []
 
 
 def test_dynamo_optimize_is_timed_too(tmp_path):
