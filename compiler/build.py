@@ -92,7 +92,8 @@ def include_dir(cache_dir: str) -> str:
     """A directory holding the package headers (and `tdbg_prelude.h`), named by their hash."""
     digest, contents = _header_files()
     key = (cache_dir, digest)
-    if key not in _include_dirs:
+    # re-checked with one stat: a test or the user may have removed the cache meanwhile
+    if key not in _include_dirs or not os.path.exists(os.path.join(_include_dirs[key], PRELUDE_NAME)):
         path = ensure_private_dir(os.path.join(ensure_private_dir(cache_dir), "include", digest[:20]))
         for name, data in contents.items():
             target = os.path.join(path, name)
@@ -144,7 +145,10 @@ def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
     tmp_lib = f"{lib_path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     cmd = compile_command(config, source_path, tmp_lib)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"cannot run {config.cxx!r}: {e}")
     if proc.returncode != 0:
         if os.path.exists(tmp_lib):
             os.unlink(tmp_lib)

@@ -142,3 +142,19 @@ def test_library_handles_are_opened_once_per_path(tmp_path):
     lib = build.build_kernels({"k": kernel_source("k")}, Config(cache_dir=str(tmp_path / "c")))["k"]
     assert build.load_library(lib) is build.load_library(lib)
     assert build.load_kernel(lib, "k") is not build.load_kernel(lib, "k")  # independent argtypes
+
+
+def test_missing_compiler_is_a_compile_error(tmp_path):
+    cfg = Config(cache_dir=str(tmp_path / "c"), cxx=str(tmp_path / "no-such-g++"))
+    with pytest.raises(CppCompileError) as info:
+        build.build_kernels({"k": kernel_source("k")}, cfg)
+    assert info.value.command[0] == cfg.cxx and "No such file or directory" in info.value.stderr
+
+
+def test_cache_removed_mid_process_is_rebuilt(tmp_path):
+    import shutil
+    cfg = Config(cache_dir=str(tmp_path / "c"))
+    src = '#include "tdbg_prelude.h"\n' + kernel_source("k")
+    first = build.build_kernels({"k": src}, cfg)["k"]
+    shutil.rmtree(cfg.cache_dir)
+    assert build.build_kernels({"k": src}, cfg)["k"] == first and os.path.exists(first)
