@@ -219,18 +219,21 @@ def _ratios(cells: list, w, inputs, expected) -> None:
 
 
 def goals(workloads: list, cells: list, startup: list, backend: str = GOAL_BACKEND) -> list:
-    """Issue 5's goals for `backend`: one row each {goal, workload, target, measured, met}."""
+    """Issue 5's goals for `backend`: one row each {goal, workload, target, measured, met, note};
+    an unmet goal's note gives the numbers that bound it."""
     mine = {c.workload: c for c in cells if c.backend == backend}
+    inductor = {c.workload: c for c in cells if c.backend == INDUCTOR}
     rows = []
     for w in workloads:
         c = mine.get(w.name)
         if c is None:
             continue
-        rows.append(_goal("time / inductor", w.name, w.max_time_vs_inductor, c.time_vs_inductor, c))
+        rows.append(_goal("time / inductor", w.name, w.max_time_vs_inductor, c.time_vs_inductor, c,
+                          _time_note(c, inductor.get(w.name))))
         rows.append(_goal("cold compile s", w.name, GOAL_COLD_COMPILE_S, c.compile_s, c))
         if w.bandwidth_goal:
             rows.append(_goal("fraction of copy bandwidth", w.name, GOAL_BANDWIDTH_FRACTION,
-                              c.bandwidth_fraction, c, at_least=True))
+                              c.bandwidth_fraction, c, _faults_note(c), at_least=True))
     for s in startup:
         if s["backend"] == backend:
             rows.append({"goal": "start-up s", "workload": "", "target": GOAL_STARTUP_S,
@@ -239,10 +242,26 @@ def goals(workloads: list, cells: list, startup: list, backend: str = GOAL_BACKE
     return rows
 
 
-def _goal(goal: str, workload: str, target: float, measured, cell: Cell, at_least: bool = False) -> dict:
+def _faults_note(c: Cell) -> str:
+    if c.minor_faults_per_call is None or c.fault_share is None:
+        return ""
+    return f"page faults ~{c.fault_share:.0%} of the time ({c.minor_faults_per_call:.0f}/call)"
+
+
+def _time_note(c: Cell, ref: Optional[Cell]) -> str:
+    if ref is None or not ref.median_s or not c.median_s:
+        return ""
+    return (f"{c.median_s * 1e3:.3f} ms vs {ref.median_s * 1e3:.3f} ms; {_faults_note(c)}; "
+            f"inductor's {_faults_note(ref)}")
+
+
+def _goal(goal: str, workload: str, target: float, measured, cell: Cell, note: str = "",
+          at_least: bool = False) -> dict:
     met = measured is not None and (measured >= target if at_least else measured <= target)
-    note = "" if cell.status == "ok" else f"{cell.status}: {cell.error}"
-    return {"goal": goal, "workload": workload, "target": target, "measured": measured, "met": met, "note": note}
+    if cell.status != "ok":
+        note = f"{cell.status}: {cell.error}"
+    return {"goal": goal, "workload": workload, "target": target, "measured": measured, "met": met,
+            "note": "" if met else note}
 
 
 def machine() -> dict:
@@ -349,7 +368,7 @@ def render(payload: dict, console=None) -> None:
 def goal_table(rows: list):
     from rich.table import Table
     table = Table("goal (tdbg)", "workload", "target", "measured", "met", title="issue 5 goals")
-    table.add_column("note", max_width=60, overflow="ellipsis", no_wrap=True)
+    table.add_column("note (what bounds it)", overflow="fold")
     for g in rows:
         table.add_row(g["goal"], g["workload"], f"{g['target']:g}", _fmt(g["measured"], ".3f"),
                       "yes" if g["met"] else "NO", g["note"])

@@ -74,13 +74,22 @@ def test_goal_rows_follow_issue_5():
     h = _harness()
     softmax, mlp = h.BY_NAME["softmax"], h.BY_NAME["mlp"]
     cells = [h.Cell("softmax", "tdbg", time_vs_inductor=0.65, compile_s=0.5, bandwidth_fraction=0.85),
-             h.Cell("mlp", "tdbg", status="failed", error="LoweringError: x")]
-    rows = h.goals([softmax, mlp], cells, [{"backend": "tdbg", "startup_s": 2.5}])
+             h.Cell("mlp", "tdbg", status="failed", error="LoweringError: x"),
+             h.Cell("reductions", "tdbg", median_s=0.004, time_vs_inductor=2.0, compile_s=0.1,
+                    bandwidth_fraction=0.5, minor_faults_per_call=100, fault_share=0.25),
+             h.Cell("reductions", "torch:inductor", median_s=0.002, minor_faults_per_call=0, fault_share=0.0)]
+    rows = h.goals([softmax, mlp, h.BY_NAME["reductions"]], cells, [{"backend": "tdbg", "startup_s": 2.5}])
     assert [(r["goal"], r["workload"], r["target"], r["measured"], r["met"]) for r in rows] == [
         ("time / inductor", "softmax", 0.7, 0.65, True),
         ("cold compile s", "softmax", 0.3, 0.5, False),
         ("fraction of copy bandwidth", "softmax", 0.8, 0.85, True),
         ("time / inductor", "mlp", 1.0, None, False),
         ("cold compile s", "mlp", 0.3, None, False),
+        ("time / inductor", "reductions", 0.7, 2.0, False),
+        ("cold compile s", "reductions", 0.3, 0.1, True),
+        ("fraction of copy bandwidth", "reductions", 0.8, 0.5, False),
         ("start-up s", "", 2.0, 2.5, False)]
     assert rows[3]["note"] == "failed: LoweringError: x"
+    assert rows[5]["note"] == ("4.000 ms vs 2.000 ms; page faults ~25% of the time (100/call); "
+                               "inductor's page faults ~0% of the time (0/call)")
+    assert rows[7]["note"] == "page faults ~25% of the time (100/call)" and rows[6]["note"] == ""
