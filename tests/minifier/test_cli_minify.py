@@ -1,0 +1,127 @@
+"""`tdbg minify` end to end (real CLI in a subprocess). The seed-script cases are slow."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tdbg.cli.console import exit_code
+from tdbg.minifier.repro import Dump, write
+from mincases import chain_fn, make_case
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "examples")
+BOTH = """
+def both(gm, example_inputs):
+    targets = {n.target for n in gm.graph.nodes}
+    if torch.neg in targets and torch.mul in targets:
+        raise RuntimeError("cannot compile neg together with mul")
+    return gm
+"""
+
+
+def tdbg(*args, cwd=None, env=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "tdbg.cli.main", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def chain_dump(directory):
+    torch.manual_seed(0)
+    case, store = make_case(chain_fn, torch.randn(4, 8), torch.randn(4, 8))
+    spec = {"after": "dynamo", "backend": {"kind": "source", "name": "both", "source": BOTH}, "config": {}}
+    write(str(directory), Dump(case, store, spec, title="a 40-op chain"))
+
+
+def test_minify_a_dump_dir_two_far_apart_culprits(tmp_path):
+    chain_dump(tmp_path / "dump")
+    proc = tdbg("minify", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), "--json", str(tmp_path / "m.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "Started off with 43 nodes" in proc.stderr
+    assert "Strategy: Delta debugging (G: " in proc.stderr and "SUCCESS: Went from " in proc.stderr
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert (doc["schema"], doc["version"], doc["status"]) == ("tdbg.minify", 1, "minified")
+    assert doc["original"] == {"nodes": 43, "inputs": 2}
+    assert doc["minimized"]["nodes"] == 6  # 3 inputs, neg, mul, output
+    assert "torch.neg(" in doc["minimized"]["code"] and "torch.mul(" in doc["minimized"]["code"]
+    log = (tmp_path / "out" / "minify.jsonl").read_text().splitlines()
+    assert len(log) == doc["stats"]["queries"] + 3  # + signature, reproduce, final
+    shutil.move(str(tmp_path / "out"), str(tmp_path / "moved"))
+    run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "moved", capture_output=True, text=True)
+    assert run.returncode == exit_code("backend")
+    assert "cannot compile neg together with mul" in run.stdout
+    again = tdbg("minify", str(tmp_path / "dump"), "--out", str(tmp_path / "moved"))
+    assert again.returncode == exit_code("usage") and "not empty" in again.stderr
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from click.testing import CliRunner; from tdbg.cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['minify', '--help']); assert r.exit_code == 0, r.output; "
+            "assert '--check-str' in r.output; assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_foo2_accuracy_after_aot_level_4_minifies_to_neg(tmp_path):
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--after", "aot", "--level", "4",
+                "--out", str(tmp_path / "out"), "--json", str(tmp_path / "m.json"),
+                env={"TDBG_INJECT_BUG": "neg:accuracy"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["signature"]["kind"] == "accuracy"
+    code = doc["minimized"]["code"]
+    assert code.count("torch.ops.aten.") == 1 and "torch.ops.aten.neg.default(" in code
+    shutil.move(str(tmp_path / "out"), str(tmp_path / "moved"))
+    run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "moved", capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "TDBG_INJECT_BUG"})
+    assert run.returncode == exit_code("accuracy"), run.stdout + run.stderr
+    assert run.stdout.startswith("accuracy mismatch in out[0]")
+    assert sorted(os.listdir(tmp_path)) == ["m.json", "moved"]  # nothing else in the cwd
+
+
+@pytest.mark.slow
+def test_foo1_compile_error_minifies_to_neg(tmp_path):
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo1.py"), "--after", "aot", "--out", str(tmp_path / "out"),
+                "--json", str(tmp_path / "m.json"), env={"TDBG_INJECT_BUG": "neg:compile_error"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert (doc["signature"]["kind"], doc["signature"]["exc_type"]) == ("compile_error", "CppCompileError")
+    assert doc["minimized"]["code"].count("torch.ops.aten.") == 1 and "aten.neg.default(" in doc["minimized"]["code"]
+    run = subprocess.run([sys.executable, str(tmp_path / "out" / "repro.py")], capture_output=True, text=True)
+    assert run.returncode == exit_code("cpp_build"), run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_toy_compiler_after_dynamo_minifies_to_relu(tmp_path):
+    script = os.path.join(EXAMPLES, "toy_compiler.py")
+    proc = tdbg("minify", script, "--after", "dynamo", "--backend", f"{script}:toy_compiler",
+                "--out", str(tmp_path / "out"), "--json", str(tmp_path / "m.json"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["minimized"]["nodes"] == 3
+    assert "relu = torch.relu(" in doc["minimized"]["code"]
+    text = (tmp_path / "out" / "repro.py").read_text()
+    assert "def toy_compiler(gm: torch.fx.GraphModule, _):" in text and EXAMPLES not in text
+
+
+@pytest.mark.slow
+def test_a_compiler_segfault_is_minified_not_fatal(tmp_path):
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--after", "aot", "--out", str(tmp_path / "out"),
+                "--json", str(tmp_path / "m.json"), env={"TDBG_INJECT_BUG": "neg:crash"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert (doc["signature"]["kind"], doc["signature"]["signal"]) == ("crash", 11)
+    assert "aten.neg.default(" in doc["minimized"]["code"] and doc["minimized"]["code"].count("torch.ops.aten.") == 1
+    assert doc["workers_replaced"] == 0
+
+
+@pytest.mark.slow
+def test_launcher_runs_the_minifier(tmp_path):
+    chain_dump(tmp_path / "dump")
+    proc = subprocess.run([sys.executable, "minifier_launcher.py", "--out", str(tmp_path / "out")],
+                          cwd=tmp_path / "dump", capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "Minified 43 -> 6 nodes" in proc.stdout

@@ -1,0 +1,94 @@
+"""wrap_backend, level by level: what is written, when, and that the failure still surfaces."""
+import os
+
+import pytest
+import torch
+
+from tdbg.compiler.config import Config
+from tdbg.minifier.dump import AccuracyError, wrap_backend
+from tdbg.minifier.repro import load
+
+
+def picky(gm, example_inputs):
+    if any(n.target is torch.relu for n in gm.graph.nodes):
+        raise NotImplementedError("picky does not support relu")
+    return gm
+
+
+def off_by_one(gm, example_inputs):
+    def run(*args):
+        return tuple(o + 1 for o in gm(*args))
+    return run
+
+
+def fn(x):
+    return torch.relu(x + 1) * 2
+
+
+def compile_and_run(backend, *, after, level, out_dir, config=None):
+    wrapped = wrap_backend(backend, after=after, level=level, out_dir=str(out_dir), config=config or Config())
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=wrapped)(torch.ones(4))
+
+
+def inner(e):
+    return getattr(e, "inner_exception", None) or e
+
+
+def test_level_1_writes_repro_py_and_reraises(tmp_path):
+    with pytest.raises(Exception) as info:
+        compile_and_run(picky, after="dynamo", level=1, out_dir=tmp_path)
+    error = inner(info.value)
+    assert isinstance(error, NotImplementedError)
+    assert error.tdbg_repro_dir == str(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["inputs", "repro.py"]
+    dump = load(str(tmp_path / "repro.py"))
+    assert dump.expected["kind"] == "compile_error" and dump.expected["exc_type"] == "NotImplementedError"
+    assert dump.spec["backend"]["kind"] == "import"  # picky is importable from this test module
+
+
+def test_level_2_adds_the_launcher(tmp_path):
+    with pytest.raises(Exception):
+        compile_and_run(picky, after="dynamo", level=2, out_dir=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["inputs", "minifier_launcher.py", "repro.py"]
+
+
+def test_level_3_dumps_every_graph_before_compiling(tmp_path):
+    out = compile_and_run(lambda gm, ex: gm, after="dynamo", level=3, out_dir=tmp_path)
+    assert torch.equal(out, fn(torch.ones(4)))
+    assert os.listdir(tmp_path) == ["graph_0"]
+    dump = load(str(tmp_path / "graph_0"))
+    assert dump.expected is None
+    assert [s.shape for s in dump.case.inputs] == [(4,)]
+    assert torch.equal(dump.store.value(dump.case.inputs[0]), torch.ones(4))  # real inputs, from the call
+
+
+def test_levels_1_to_3_pass_working_graphs_through_silently(tmp_path):
+    for level in (1, 2):
+        out = compile_and_run(off_by_one, after="dynamo", level=level, out_dir=tmp_path / str(level))
+        assert torch.equal(out, fn(torch.ones(4)) + 1)
+        assert not os.path.exists(tmp_path / str(level))
+
+
+def test_level_4_catches_accuracy_after_dynamo(tmp_path):
+    with pytest.raises(AccuracyError) as info:
+        compile_and_run(off_by_one, after="dynamo", level=4, out_dir=tmp_path)
+    assert info.value.stage == "accuracy"
+    assert info.value.tdbg_repro_dir == str(tmp_path)
+    assert load(str(tmp_path)).expected["kind"] == "accuracy"
+
+
+def test_level_4_after_aot_on_foo2_with_an_injected_neg_bug(tmp_path):
+    def foo2(x1, x2):
+        return torch.cat([torch.maximum(x2, torch.neg(x1))], dim=0)
+    cfg = Config().replace(inject_bug=("neg", "accuracy"))
+    wrapped = wrap_backend(None, after="aot", level=4, out_dir=str(tmp_path), config=cfg)
+    torch._dynamo.reset()
+    x1, x2 = torch.randn(1, 8), torch.randn(64, 8)
+    with pytest.raises(AccuracyError):
+        torch.compile(foo2, backend=wrapped)(x1, x2)
+    dump = load(str(tmp_path))
+    assert dump.spec["config"] == {"inject_bug": ["neg", "accuracy"]}
+    assert [n.target for n in dump.case.compute_nodes()][:2] == [torch.ops.aten.neg.default,
+                                                                 torch.ops.aten.maximum.default]
+    assert torch.equal(dump.store.value(dump.case.inputs[0]), x1)  # the real inputs
