@@ -4,9 +4,9 @@
 under an `instrument.Session` (the same recorder `tdbg run` uses): once with every
 `torch.compile(...)` returning the original callable (eager) and once with it compiling through
 the chosen backend (`backends.resolve`, as for `tdbg run`). Both passes wrap what
-`torch.compile` returns in a `TimedCallable`, so every call is timed. Afterwards each compiled callable is re-run
-`iterations` times with the arguments of its last call in the script, alternating with the
-original (eager) callable, and once more under `torch.profiler`; the result is a
+`torch.compile` returns in a `TimedCallable`, so every call is timed. Afterwards each compiled
+callable is re-run `iterations` times with the arguments of its last call in the script,
+alternating with the original (eager) callable, and once more under `torch.profiler`; the result is a
 `ProfileReport` (plain data, `to_dict()` is the `--json` payload): per-callable times and
 speedups, per-graph backend compile times, tdbg's per-stage compile times (its debug.log), the
 compiler's kernels and aten fallbacks (its report_path lines), graph breaks and recompiles
@@ -314,14 +314,14 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
     resolved = resolve(backend, cfg, script=script)
     eager = run_script(script, list(argv), "eager", Session(None))
     _check_pass(eager, script)
+    if not eager.callables:
+        raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
     torch._dynamo.reset()
     graphs: list = []
     session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind)
     with tdbg_config.use(cfg):
         compiled = run_script(script, list(argv), "compiled", session)
         _check_pass(compiled, script)
-        if not compiled.callables:
-            raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
         # the replays repeat the script's calls; whatever they print was already shown once
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             timings = [_time_callable(c, iterations) for c in compiled.callables]
