@@ -130,7 +130,8 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(common.STAGE_WORDS.get(stage, str(stage)))} "
             f"(stage {stage}, exit code {code})")
     rows = [("backend", backend), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
-            ("fx node", err.get("fx_node")), ("kernel", err.get("kernel")), ("error", err.get("message"))]
+            ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
+            ("kernel", err.get("kernel")), ("error", err.get("message"))]
     for key, value in rows:
         _row(c, key, value)
     _debug_line(verdict)

@@ -181,7 +181,9 @@ class Session:
                 "lines": graph_lines(gm)}
         info.update(self._reason(gm))
         self.graphs.append(info)
-        self.event("compile_start", graph=index, frame=frame)
+        first = (info["lines"] or info["stack"] or [None])[0]
+        self.event("compile_start", graph=index, frame=frame,
+                   source=f"{first['file']}:{first['line']}  {first['code']}" if first else None)
         try:
             compiled = self.backend_fn(gm, example_inputs)
         except BaseException as e:

@@ -189,11 +189,16 @@ def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, event
         stage, message = "crash", f"the process died from signal {name} ({where})"
     else:
         stage, message = "internal", f"the tdbg child process exited with code {returncode} without a verdict"
-    frames = {e["graph"]: e.get("frame") for e in events if e.get("event") == "compile_start"}
+    starts = {e["graph"]: e for e in events if e.get("event") == "compile_start"}
+    start = starts.get(graph) or {}
+    source = start.get("source")
+    if source:      # the graph's first user line (a crash has no traceback to read it from)
+        path, _, rest = source.partition(":")
+        source = f"{_rel(path)}:{rest}"
     return {"status": "failed", "stage": stage, "exit_code": returncode, "compile_calls": None,
             "graphs": [], "recompiles": [], "guards": [],
-            "error": {"type": stage, "message": message, "graph": graph, "frame": frames.get(graph),
-                      "during": last.get("event"), "source": None, "fx_node": None, "kernel": None,
+            "error": {"type": stage, "message": message, "graph": graph, "frame": start.get("frame"),
+                      "during": last.get("event"), "source": source, "fx_node": None, "kernel": None,
                       "evidence": {}, "traceback": ""}}
 
 
