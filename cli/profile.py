@@ -9,7 +9,7 @@ import time
 import click
 
 from tdbg.cli.common import base_config, check_backend, json_option, require_script, script_arguments
-from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, render_evidence, write_json
+from tdbg.cli.console import err, exit_codes_help, fail, out, render_evidence, write_json
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
@@ -65,6 +65,8 @@ def _script_failed(e) -> None:
     if e.info is None:
         err().print(f"[bold red]error:[/] the script exited with code {e.exit_code} in the {e.mode} run")
         raise SystemExit(e.exit_code)
+    if e.info["stage"] == "script":     # the script's own error: its traceback is what helps
+        err().print(e.info["traceback"], markup=False, end="")
     render_evidence(dict(e.info.get("evidence") or {}, **{k: v for k, v in e.info.items() if v}),
                     f"the {e.mode} run of the script failed: stage {e.info['stage']}")
     raise SystemExit(stage_exit_code({"status": "failed", "stage": e.info["stage"], "exit_code": 1}))

@@ -151,3 +151,14 @@ def test_compile_failure_gets_its_stage_exit_code(tmp_path):
     assert result.exit_code == exit_code("cpp_build"), result.output
     assert "failed: stage cpp_build" in result.output and "kernel: cpp_fused_cat_maximum_neg_0" in result.output
     assert not (tmp_path / "t.json").exists()
+
+
+def test_script_own_error_keeps_its_exit_code(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import torch\nf = torch.compile(lambda x: x + 1)\nf(torch.ones(2))\n"
+                      "raise RuntimeError('my own bug')\n")
+    result = CliRunner().invoke(cli, ["profile", str(script), "--backend", "torch:eager",
+                                      "--trace", str(tmp_path / "t.json")])
+    assert result.exit_code == 1
+    assert "the eager run of the script failed: stage script" in result.output
+    assert "bad.py:4 in <module>: raise RuntimeError('my own bug')" in result.output
