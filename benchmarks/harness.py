@@ -64,6 +64,7 @@ class Cell:
     backend: str
     status: str = "ok"             # ok | failed | mismatch
     median_s: Optional[float] = None
+    min_s: Optional[float] = None
     runs_s: list = field(default_factory=list)
     first_call_s: Optional[float] = None
     compile_s: Optional[float] = None
@@ -197,7 +198,7 @@ def run_workload(w, backends: list, settings: Settings) -> list:
     for cell in cells:
         if cell.backend in samples:
             cell.runs_s = samples[cell.backend]["seconds"]
-            cell.median_s = median(cell.runs_s)
+            cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
     _ratios(cells, w, inputs, expected)
     torch._dynamo.reset()
