@@ -103,15 +103,13 @@ def _capture(script, args, after, level, backend, out_dir, timeout):
 def _captured(out_dir: str, verdict: dict):
     """The dump to minify: the failing graph's files, else (a crash) the last graph dumped before
     compiling that still fails."""
-    from tdbg.minifier.repro import LAUNCHER, REPRO, load
-    for name in (LAUNCHER, REPRO):
-        if os.path.isfile(os.path.join(out_dir, name)):
-            return load(os.path.join(out_dir, name))
-    graphs = sorted((d for d in os.listdir(out_dir) if d.startswith("graph_")),
-                    key=lambda d: int(d.split("_")[1])) if os.path.isdir(out_dir) else []
-    if graphs and verdict.get("status") == "failed":
-        return load(os.path.join(out_dir, graphs[-1]))
-    return None
+    from tdbg.minifier.repro import find_file, load
+    if verdict.get("status") != "failed" or not os.path.isdir(out_dir):
+        return None
+    try:
+        return load(find_file(out_dir))
+    except FileNotFoundError:
+        return None
 
 
 def _no_dump(verdict: dict, script: str, out_dir: str) -> None:

@@ -126,12 +126,15 @@ class _Dumper:
         return spec
 
     def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:
-        from tdbg.minifier.graph_io import TensorStore, from_graph_module
         from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # AOT compiles under a fake mode; the dump is real
+            return self._write(snap, inputs, files, outcome, subdir)
+
+    def _write(self, snap, inputs, files, outcome, subdir) -> str:
+        from tdbg.minifier.graph_io import TensorStore, from_graph_module
         from tdbg.minifier.oracle import Signature
         store = TensorStore()
-        with unset_fake_temporarily():
-            case = from_graph_module(snap, _realize(inputs), store)
+        case = from_graph_module(snap, _realize(inputs), store)
         expected = Signature.of(outcome).to_dict() if outcome is not None else None
         where = "before compiling" if outcome is None else outcome.summary()
         dump = Dump(case, store, self.spec(), expected,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Optional
 
-from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, case_source, imports_for, module_source, trace_module
+from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, imports_for, module_source, trace_module
 
 REPRO, LAUNCHER = "repro.py", "minifier_launcher.py"
 TEMPLATES = {REPRO: "repro.py.tmpl", LAUNCHER: "minifier_launcher.py.tmpl"}
@@ -135,6 +135,10 @@ def find_file(path: str) -> str:
         for name in (LAUNCHER, REPRO):
             if os.path.isfile(os.path.join(path, name)):
                 return os.path.join(path, name)
+        graphs = sorted((d for d in os.listdir(path) if d.startswith("graph_") and d[6:].isdigit()),
+                        key=lambda d: int(d[6:]))
+        if graphs:  # a level-3 run that died: the last graph dumped before compiling
+            return find_file(os.path.join(path, graphs[-1]))
         raise FileNotFoundError(f"{path} holds neither {LAUNCHER} nor {REPRO}")
     return path
 
@@ -194,6 +198,3 @@ def failure_code(outcome) -> str:
         return outcome.stage
     return _KIND_CODES.get(outcome.kind, "internal")
 
-
-def case_text(case: Case) -> str:
-    return case_source(case)
