@@ -175,7 +175,7 @@ def run_workload(w, backends: list, settings: Settings) -> list:
     from tdbg.minifier.accuracy import fp64_reference
     from tdbg.minifier.profiling import alternate, median, timed
     fn, inputs = w.build(settings.quick)
-    eager_s, _, expected = timed(fn, *inputs)
+    expected = fn(*inputs)
     reference = fp64_reference(fn, inputs)
     cells, runners = [], {}
     for spec in backends:
@@ -188,7 +188,7 @@ def run_workload(w, backends: list, settings: Settings) -> list:
             continue
         runner = check_cell(cell, runner, inputs, expected, reference)
         if runner is not None:
-            runners[spec] = lambda r=runner: r(*inputs)
+            runners[spec] = _guarded(cell, lambda r=runner: r(*inputs))
     for run in runners.values():
         for _ in range(settings.warmup):
             run()
@@ -196,13 +196,25 @@ def run_workload(w, backends: list, settings: Settings) -> list:
     number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7)))
     samples = alternate(runners, settings.repeat, number)
     for cell in cells:
-        if cell.backend in samples:
+        if cell.backend in samples and cell.status == "ok":
             cell.runs_s = samples[cell.backend]["seconds"]
             cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
     _ratios(cells, w, inputs, expected)
     torch._dynamo.reset()
     return cells
+
+
+def _guarded(cell: Cell, run):
+    """`run`, except that an error while timing marks the cell failed and later calls do nothing."""
+    def call():
+        if cell.status != "ok":
+            return
+        try:
+            run()
+        except Exception as e:
+            cell.status, cell.error = "failed", f"while timing: {describe(e)}"
+    return call
 
 
 def _ratios(cells: list, w, inputs, expected) -> None:

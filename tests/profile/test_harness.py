@@ -9,6 +9,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WRONG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrong_backend.py") + ":wrong"
+FLAKY = WRONG.replace(":wrong", ":flaky")
 
 
 def _harness():
@@ -23,7 +24,7 @@ def _harness():
 def result(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "bench.json"
     payload = _harness().main(["--quick", "--only", "softmax", "--only", "foo1_uint8",
-                               "--backends", f"eager,torch:eager,{WRONG},torch:no_such_backend",
+                               "--backends", f"eager,torch:eager,{WRONG},torch:no_such_backend,{FLAKY}",
                                "--json", str(path)])
     return payload, json.loads(path.read_text())
 
@@ -49,12 +50,15 @@ def test_failing_backend_is_reported_and_harness_keeps_going(result):
         assert cell["status"] == "failed"
         assert "no_such_backend" in cell["error"]
         assert cells[(workload, "torch:eager")]["status"] == "ok"
+        flaky = cells[(workload, "wrong_backend.py:flaky")]
+        assert flaky["status"] == "failed" and flaky["median_s"] is None
+        assert flaky["error"] == "while timing: RuntimeError: kernel fell over on call 3"
 
 
 def test_correct_backends_get_figures(result):
     doc = result[1]
     assert doc["schema"] == "tdbg.benchmark" and doc["version"] == 1
-    assert [c["workload"] for c in doc["cells"]] == ["softmax"] * 4 + ["foo1_uint8"] * 4
+    assert [c["workload"] for c in doc["cells"]] == ["softmax"] * 5 + ["foo1_uint8"] * 5
     cells = _cells(doc)
     eager, dynamo = cells[("softmax", "eager")], cells[("softmax", "torch:eager")]
     assert len(eager["runs_s"]) == len(dynamo["runs_s"]) == 3
@@ -66,7 +70,7 @@ def test_correct_backends_get_figures(result):
     assert doc["bandwidth"]["elements"] == 1 << 20 and doc["settings"]["threads"] == 2
     share = dynamo["minor_faults_per_call"] * doc["page_fault"]["seconds_per_fault"] / dynamo["median_s"]
     assert dynamo["fault_share"] == pytest.approx(min(1.0, share))
-    assert [s["backend"] for s in doc["startup"]] == ["torch:eager", WRONG, "torch:no_such_backend"]
+    assert [s["backend"] for s in doc["startup"]] == ["torch:eager", WRONG, "torch:no_such_backend", FLAKY]
     assert "error" in doc["startup"][2] and "startup_s" in doc["startup"][0]
 
 
