@@ -311,7 +311,7 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
     cfg = (config or tdbg_config.current()).replace(
         enable_kernel_profile=True, debug=True, debug_dir=os.path.join(work, "debug"),
         report_path=os.path.join(work, "report.jsonl"))
-    resolved = resolve(backend, cfg, script=script)
+    resolved = _resolve(resolve, backend, cfg, script)
     eager = run_script(script, list(argv), "eager", Session(None))
     _check_pass(eager, script)
     if not eager.callables:
@@ -349,6 +349,19 @@ def time_split(rows: list) -> dict:
         name = next((n for n, pattern in TIME_CATEGORIES if pattern.search(r["name"])), OTHER)
         split[name] += r["self_cpu_us"] / total
     return split
+
+
+def _resolve(resolve: Callable, backend: str, cfg, script: str):
+    """backends.resolve, with a user backend file that fails while loading turned into a ValueError."""
+    from tdbg.minifier.backends import BackendError
+    try:
+        return resolve(backend, cfg, script=script)
+    except BackendError:
+        raise
+    except Exception as e:
+        inner = getattr(e, "inner_exception", None) or e   # Dynamo's wrapper names only the backend
+        first = (str(inner).strip().splitlines() or [""])[0]
+        raise ValueError(f"loading backend {backend!r} failed: {type(inner).__name__}: {first}") from e
 
 
 def _check_pass(run: ScriptPass, script: str) -> None:

@@ -162,3 +162,12 @@ def test_script_own_error_keeps_its_exit_code(tmp_path):
     assert result.exit_code == 1
     assert "the eager run of the script failed: stage script" in result.output
     assert "bad.py:4 in <module>: raise RuntimeError('my own bug')" in result.output
+
+
+def test_backend_file_that_fails_to_load(tmp_path):
+    backend = tmp_path / "be.py"
+    backend.write_text("raise ImportError('no such helper')\n\ndef be(gm, inputs):\n    return gm\n")
+    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, "small_add.py"), "--backend", f"{backend}:be",
+                                      "--trace", str(tmp_path / "t.json")])
+    assert result.exit_code == exit_code("bad_input")
+    assert f"loading backend '{backend}:be' failed: ImportError: no such helper" in result.output
