@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
-import time
 from typing import Optional
 
 import torch
 
 from . import config as _config
-from .errors import IRInvariantError, LoweringError
+from .errors import IRInvariantError
 from .trace import DebugTrace, configure_logging, get_logger
 
 log = get_logger("compiler")

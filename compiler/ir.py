@@ -62,13 +62,6 @@ def contiguous_strides(size) -> tuple:
     return tuple(reversed(strides))
 
 
-def numel(size) -> int:
-    n = 1
-    for s in size:
-        n *= int(s)
-    return n
-
-
 @dataclass(frozen=True)
 class FixedLayout:
     size: tuple

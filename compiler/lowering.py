@@ -13,7 +13,6 @@ order (see `COUNTERS`, reset with `reset_counters()`).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import operator
@@ -51,17 +50,13 @@ def take_fusion(config) -> int | None:
 
 
 LOWERINGS: dict = {}
-# Lowerings that only reinterpret their input (no loop of their own).
-VIEW_TARGETS: set = set()
 
 
-def register_lowering(*targets, view=False):
+def register_lowering(*targets):
     def deco(fn):
         for t in targets:
             for key in _overloads(t):
                 LOWERINGS[key] = fn
-                if view:
-                    VIEW_TARGETS.add(key)
         return fn
     return deco
 
@@ -486,7 +481,7 @@ def lower_view(g, node, x, *args, **kwargs):
 
 
 for _packet in VIEW_REINDEX:
-    register_lowering(_packet, view=True)(lower_view)
+    register_lowering(_packet)(lower_view)
 
 
 # ---- data movement -------------------------------------------------------------------------

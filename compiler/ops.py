@@ -12,7 +12,7 @@ there are listed in OTHER_LOWERINGS for documentation and tests.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch

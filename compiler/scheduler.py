@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from dataclasses import dataclass, field
-from typing import Optional
 
 import sympy
 

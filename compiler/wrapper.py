@@ -18,7 +18,7 @@ import time
 import torch
 
 from .errors import KernelRuntimeError
-from .ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, IRNode, ReinterpretView
+from .ir import Buffer, IRNode, ReinterpretView
 from .scheduler import ExternNode, KernelGroup
 
 # ---- runtime helpers (imported by output_code.py) ----------------------------------------

@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.compiler import compile_aten, lowering
-from tdbg.compiler.config import Config
+from tdbg.compiler.config import current
 from tdbg.compiler.decompositions import decomposition_table
 
 aten = torch.ops.aten
@@ -15,8 +15,8 @@ aten = torch.ops.aten
 
 def compile_fn(fn, *inputs, **cfg):
     lowering.reset_counters()
-    gm = make_fx(fn, decomposition_table=decomposition_table(Config()))(*inputs)
-    compiled = compile_aten(gm, list(inputs), Config(**cfg))
+    gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
+    compiled = compile_aten(gm, list(inputs), current().replace(**cfg))
     got = torch.utils._pytree.tree_leaves(compiled(*inputs))
     for g, w in zip(got, torch.utils._pytree.tree_leaves(fn(*inputs))):
         torch.testing.assert_close(g, w)
@@ -88,7 +88,7 @@ def test_dead_buffers_are_eliminated():
         dead = gm.graph.call_function(aten.exp.default, (placeholder,))
     dead.meta["val"] = torch.exp(x)
     gm.recompile()
-    compiled = compile_aten(gm, [x], Config())
+    compiled = compile_aten(gm, [x], current())
     assert compiled.kernels == ["cpp_fused_add_0"]
     assert dead.name in compiled.lowered_nodes
     torch.testing.assert_close(compiled(x), x + 1)

@@ -11,7 +11,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.compiler import compile_aten
-from tdbg.compiler.config import Config
+from tdbg.compiler.config import current
 from tdbg.compiler.ops import POINTWISE, TABLE
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
@@ -74,7 +74,7 @@ def test_pointwise_rows_match_eager(dtype):
         return tuple(outs)
 
     gm = make_fx(fn)(*inputs)
-    compiled = compile_aten(gm, inputs, Config())
+    compiled = compile_aten(gm, inputs, current())
     assert compiled.fallback_targets == []
     got, want = compiled(*inputs), fn(*inputs)
     bad = []
@@ -98,7 +98,7 @@ def test_scalar_operands_and_promotion():
                 torch.sub(b, a, alpha=2), torch.div(b, 3, rounding_mode="floor"),
                 torch.div(b, -3, rounding_mode="trunc"), c.to(torch.int64), a.to(torch.bool))
     gm = make_fx(fn)(x8, xi, xf)
-    compiled = compile_aten(gm, [x8, xi, xf], Config())
+    compiled = compile_aten(gm, [x8, xi, xf], current())
     for g, w in zip(compiled(x8, xi, xf), fn(x8, xi, xf)):
         assert g.dtype == w.dtype
         assert torch.allclose(g.double(), w.double(), equal_nan=True), (g, w)
@@ -108,7 +108,7 @@ def test_nan_propagating_max_min():
     a = torch.tensor([float("nan"), 1.0, 2.0, float("nan")])
     b = torch.tensor([0.0, float("nan"), 3.0, float("nan")])
     fn = lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.clamp(a, 0.5, 1.5))  # noqa: E731
-    compiled = compile_aten(make_fx(fn)(a, b), [a, b], Config())
+    compiled = compile_aten(make_fx(fn)(a, b), [a, b], current())
     for g, w in zip(compiled(a, b), fn(a, b)):
         assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num())
 
