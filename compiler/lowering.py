@@ -25,11 +25,14 @@ from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_K
 
 from . import ir, ops as optable
 from .errors import LoweringError
+from .trace import get_logger
 from .ir import (ComputedBuffer, ExternBuffer, ExternKernel, FixedLayout, InputBuffer, IRNode,
                  Pointwise, Reduction, ReinterpretView, StorageBox, View)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
+
+log = get_logger("schedule")
 
 # Per-process counters of counted applications (bisect reads them through report lines).
 COUNTERS = {"lowered": 0, "fusions": 0}
@@ -219,8 +222,11 @@ class GraphLowering(torch.fx.Interpreter):
                      and len(result.data.origins) < self.config.max_fusion_size)
         fusion = take_fusion(self.config) if keep_lazy else None
         if fusion is None:
-            self.realize(result, self._output_stride(node))
+            buf = self.realize(result, self._output_stride(node))
+            log.debug("realize %s as %s: %s", node.name, buf.name, "not inlined" if keep_lazy else
+                      f"{len(users)} user(s), output={node in self.output_nodes}")
         else:
+            log.info("inline %s into %s (pointwise with a single lowered user)", node.name, users[0].name)
             self.fusions.append({"index": fusion, "nodes": [o.name for o in result.data.origins] + [users[0].name],
                                  "node": users[0].name})
             self.lazy.append(result)
