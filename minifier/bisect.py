@@ -55,6 +55,7 @@ class _Prober:
                  tmp: str, pool=None):
         self.script, self.argv, self.changes, self.timeout, self.pool = script, argv, changes, timeout, pool
         self.on_step, self.tmp, self.runs = on_step, tmp, []
+        self.base: dict = {}     # the reference run's verdict
 
     def run(self, label: str, backend: Optional[str], changes: Optional[dict] = None) -> dict:
         report = os.path.join(self.tmp, f"report-{len(self.runs)}-{time.monotonic_ns()}.jsonl")
@@ -132,7 +133,8 @@ def _bisect(prober: _Prober, jobs: int) -> dict:
                              "summary": "every backend matches the uncompiled run; nothing to bisect"}
         return result
     backend = result["first_failing_backend"]
-    result["reproduce"] = reproduce(prober, failing, backend, {})
+    prober.base = reference   # its config is every run's config before the probe's changes
+    result["reproduce"] = reproduce(prober, backend, {})
     if backend != "inductor":
         result["verdict"] = _chain_verdict(backend, failing)
         return result
@@ -163,6 +165,8 @@ def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> N
     if err.get("graph") is not None and err["graph"] < len(graphs):
         g = graphs[err["graph"]]
         result["graph"] = {"index": g["index"], "frame": g["frame"], "ops": g["ops"], "of": len(graphs)}
+    elif err.get("graph") is not None:   # a dead child: only its events named the graph
+        result["graph"] = {"index": err["graph"], "frame": err.get("frame"), "ops": None, "of": None}
     result["subsystems"] = _subsystems(prober, stage, jobs)
     fixed_by = {row["name"] for row in result["subsystems"] if row["result"] == "passes"}
     for name, knob, key, subsystem in COUNTED:
@@ -173,8 +177,8 @@ def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> N
             result["culprits"].append(culprit)
     lowered = next((c for c in result["culprits"] if c["kind"] == "lowered op"), None)
     if lowered:
-        result["reproduce"] = reproduce(prober, failing, "inductor", {lowered["knob"]: lowered["count"]})
-        result["workaround"] = _confirm(prober, failing, lowered)
+        result["reproduce"] = reproduce(prober, "inductor", {lowered["knob"]: lowered["count"]})
+        result["workaround"] = _confirm(prober, lowered)
     result["verdict"] = _compiler_verdict(stage, result, fixed_by)
 
 
@@ -238,13 +242,13 @@ def _describe_application(verdict: dict, key: str, index: int) -> dict:
             "graph": err.get("graph"), "graph_kind": None}
 
 
-def _confirm(prober: _Prober, failing: dict, culprit: dict) -> Optional[dict]:
+def _confirm(prober: _Prober, culprit: dict) -> Optional[dict]:
     """Force the culprit's op to aten everywhere: does the whole program pass then?"""
     target = culprit.get("target")
     if not target:
         return None
     op = str(target)
-    ops = sorted(set((failing.get("config") or {}).get("fallback_ops") or []) | {op})
+    ops = sorted(set((prober.base.get("config") or {}).get("fallback_ops") or []) | {op})
     verdict = prober.run(f"fallback_ops={op}", "inductor", {"fallback_ops": ops})
     return {"fallback_ops": ops, "passes": not _fails(verdict), "stage": verdict.get("stage"),
             "env": {"TDBG_FALLBACK_OPS": ",".join(ops)}}
@@ -254,7 +258,8 @@ def _compiler_verdict(stage: str, result: dict, fixed_by: set) -> dict:
     parts = [f"tdbg's compiler fails ({stage})"]
     if result["graph"]:
         g = result["graph"]
-        parts.append(f"in graph {g['index']} of {g['of']} (frame {g['frame']})")
+        of = f" of {g['of']}" if g["of"] else ""
+        parts.append(f"in graph {g['index']}{of} (frame {g['frame']})")
     if fixed_by:
         parts.append("; the failure goes away without " + ", ".join(sorted(fixed_by)))
     for c in result["culprits"]:
@@ -266,11 +271,12 @@ def _compiler_verdict(stage: str, result: dict, fixed_by: set) -> dict:
     return {"level": "compiler", "stage": stage, "summary": " ".join(parts).replace(" ;", ";")}
 
 
-def reproduce(prober: _Prober, verdict: dict, backend: str, changes: dict) -> dict:
-    """The command and environment that reproduce a verdict: the config of the run that showed
-    it (`verdict["config"]`) with `changes`, as TDBG_CONFIG holding only non-default fields."""
-    mine = {**(verdict.get("config") or {}), **changes}
-    default = verdict.get("default_config") or {}
+def reproduce(prober: _Prober, backend: str, changes: dict) -> dict:
+    """The command and environment that reproduce a verdict: the runs' common config (read from
+    the reference run: a crashed child reports none) with `changes`, as TDBG_CONFIG holding only
+    the non-default fields."""
+    mine = {**(prober.base.get("config") or {}), **prober.changes, **changes}
+    default = prober.base.get("default_config") or {}
     diff = {k: v for k, v in mine.items() if v != default.get(k) and k not in _PRIVATE_FIELDS}
     env = {"TDBG_CONFIG": json.dumps(diff, sort_keys=True)} if diff else {}
     argv = ["tdbg", "run", prober.script, "--backend", backend, "--check-accuracy"]

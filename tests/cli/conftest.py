@@ -33,6 +33,7 @@ SCENARIOS = {
     "explain_recompile": (["explain", "examples/recompile_example.py", "--max-recompiles", "1"], {}),
     "bisect_dynamo": (["bisect", "examples/dynamo_failure.py"], {}),
     "bisect_foo2_accuracy": (["bisect", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:accuracy"}),
+    "bisect_foo2_crash": (["bisect", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:crash"}),
     "bisect_foo1_compile_error": (["bisect", "examples/foo1.py"], {"TDBG_INJECT_BUG": "neg:compile_error"}),
 }
 

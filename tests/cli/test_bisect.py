@@ -32,7 +32,7 @@ def _assert_ends_at_neg(r, stage):
     assert doc["graph"]["index"] == 0
     repro = doc["reproduce"]
     assert '"max_lowered_ops": 1' in repro["env"]["TDBG_CONFIG"]
-    assert f'"inject_bug": ["neg", "{ {"accuracy": "accuracy", "cpp_build": "compile_error"}[stage]}"]' \
+    assert f'"inject_bug": ["neg", "{ {"accuracy": "accuracy", "cpp_build": "compile_error", "crash": "crash"}[stage]}"]' \
         in repro["env"]["TDBG_CONFIG"]
     assert "Verdict:" in r.stdout and "culprit lowered op #0: FX node neg" in r.stdout
     return doc
@@ -52,3 +52,11 @@ def test_foo2_accuracy_bug_ends_at_neg(scenarios):
 def test_foo1_compile_error_ends_at_neg(scenarios):
     doc = _assert_ends_at_neg(scenarios["bisect_foo1_compile_error"], "cpp_build")
     assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2"
+
+
+@pytest.mark.slow
+@pytest.mark.scenario("bisect_foo2_crash")
+def test_foo2_segfault_is_bisected_not_fatal(scenarios):
+    doc = _assert_ends_at_neg(scenarios["bisect_foo2_crash"], "crash")
+    assert doc["graph"] == {"index": 0, "frame": "foo2", "ops": None, "of": None}
+    assert doc["workaround"]["passes"] is True
