@@ -38,3 +38,11 @@ def test_help_is_torch_free_and_lists_exit_codes(command):
             "assert r.exit_code == 0, r.output; assert '  16  a compiled graph' in r.output, r.output; "
             "assert 'torch' not in sys.modules, 'help imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_command_parents_stay_torch_free():
+    """The CLI process only starts children: importing torch there would cost seconds per command."""
+    code = ("import sys; from tdbg.cli import run, bisect, explain, common; "
+            "from tdbg.minifier import runner, bisect as b, zygote, explain as e, backends; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
