@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 from typing import Optional
 
 import torch
@@ -220,11 +221,16 @@ def _report(c):
 # ---- Dynamo / AOTAutograd ----------------------------------------------------------------
 
 def _model_name(gm) -> str:
+    """The compiled module's class name, else the compiled function's name, else "model"."""
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            return getattr(next(iter(stack.values()))[1], "__name__", "model")
     from torch._guards import TracingContext
     tc = TracingContext.try_get()
-    codes = getattr(tc, "traced_code", None) if tc is not None else None
-    if codes:
-        return codes[0].co_name
+    for code in getattr(tc, "traced_code", None) or []:
+        if f"{os.sep}torch{os.sep}" not in code.co_filename:
+            return code.co_name
     return "model"
 
 
