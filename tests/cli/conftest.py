@@ -18,7 +18,9 @@ SCENARIOS = {
     "run_foo2_accuracy": (["run", "examples/foo2.py", "--check-accuracy"], {"TDBG_INJECT_BUG": "neg:accuracy"}),
     "run_foo1_compile_error": (["run", "examples/foo1.py"], {"TDBG_INJECT_BUG": "neg:compile_error"}),
     "run_foo2_crash": (["run", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:crash"}),
-    "run_foo2_kernel_runtime": (["run", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:runtime_error"}),
+    "run_foo2_kernel_runtime": (["run", "examples/foo2.py", "--debug", "--logs", "compiler"],
+                                {"TDBG_INJECT_BUG": "neg:runtime_error", "TDBG_DEBUG_DIR": "{tmp}/dbg"}),
+    "run_fullgraph": (["run", "examples/toy_example.py", "--fullgraph", "--backend", "eager"], {}),
     "run_toy_compiler": (["run", "examples/toy_compiler.py", "--backend", "examples/toy_compiler.py:toy_compiler"], {}),
     "run_dynamo_failure": (["run", "examples/dynamo_failure.py", "--backend", "eager"], {}),
     "run_exits_seven": (["run", f"{SCRIPTS}/exits_seven.py", "--backend", "eager"], {}),
@@ -63,7 +65,8 @@ def run_tdbg(args, env=None, timeout=600) -> Result:
         json_path = os.path.join(tmp, "out.json")
         cut = args.index("--") if "--" in args else len(args)
         argv = [a.replace("{tmp}", tmp) for a in [*args[:cut], "--json", json_path, *args[cut:]]]
-        proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *argv], cwd=ROOT, env=_clean_env(env or {}),
+        env = {k: v.replace("{tmp}", tmp) for k, v in (env or {}).items()}
+        proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *argv], cwd=ROOT, env=_clean_env(env),
                               capture_output=True, text=True, timeout=timeout)
         doc = json.load(open(json_path)) if os.path.exists(json_path) else {}
         files = sorted(os.path.relpath(os.path.join(d, f), tmp) for d, _, fs in os.walk(tmp) for f in fs)

@@ -6,7 +6,7 @@ from tdbg.cli.console import exit_code
 pytestmark = pytest.mark.scenario(
     "run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_crash", "run_foo2_kernel_runtime",
     "run_toy_compiler", "run_dynamo_failure", "run_exits_seven", "run_no_compile", "run_timeout",
-    "run_function", "run_foo2_repro")
+    "run_function", "run_foo2_repro", "run_fullgraph")
 
 # scenario -> (stage, exit code name, FX node, phrase of the report)
 FAILURES = {
@@ -16,6 +16,7 @@ FAILURES = {
     "run_foo2_kernel_runtime": ("kernel_runtime", "kernel_runtime", "neg", "injected runtime error in neg"),
     "run_toy_compiler": ("backend", "backend", None, "toy_compiler does not support relu"),
     "run_dynamo_failure": ("dynamo", "dynamo", None, "Data-dependent branching"),
+    "run_fullgraph": ("dynamo", "dynamo", None, "builtin operator `print`"),
 }
 
 
@@ -111,3 +112,12 @@ def test_repro_options_reach_the_dumper(scenarios):
     assert r.json["verdict"]["repro_dir"].endswith("/repro")
     assert {"repro/repro.py", "repro/minifier_launcher.py"} <= set(r.files)
     assert r.json["next_commands"][-1] == f"tdbg minify {r.json['verdict']['repro_dir']}"
+
+
+def test_debug_dir_and_log_channels(scenarios):
+    r = scenarios["run_foo2_kernel_runtime"]
+    debug_dir = r.json["verdict"]["debug_dir"]
+    assert "/dbg/run_" in debug_dir and f"debug dir: {debug_dir}" in r.stdout
+    assert any(f.startswith("dbg/run_") and f.endswith("output_code.py") for f in r.files)
+    assert "[tdbg.compiler]" in r.stderr
+    assert r.json["options"]["logs"] == "compiler"
