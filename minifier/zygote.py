@@ -100,13 +100,21 @@ class Zygote:
         self.proc.stdin.write(spec_path.encode() + b"\n")
         self.proc.stdin.flush()
         pid = int(self._readline(timeout=60).split()[1])
-        line = self._readline(timeout)
+        try:
+            line = self._readline(timeout)
+        except BaseException:   # interrupted: the child runs in its own session, stop it too
+            self._kill(pid)
+            raise
         timed_out = line is None
         if timed_out:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+            self._kill(pid)
             line = self._readline(timeout=60)
         return int(line.split()[1]), timed_out
+
+    @staticmethod
+    def _kill(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
