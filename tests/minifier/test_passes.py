@@ -127,6 +127,7 @@ def test_shrink_shapes_keeps_real_values_and_broadcasting():
     state = run_pass("shrink_shapes", case, store, has(torch.neg))
     shapes = [s.shape for s in state.current.inputs]
     assert shapes == [(1, 1), (1, 1)]
+    assert [s.stride for s in state.current.inputs] == [(1, 1), (1, 1)]
     assert torch.equal(store.value(state.current.inputs[1]), torch.zeros(1, 1))
 
 
