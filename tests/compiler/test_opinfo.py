@@ -1,7 +1,7 @@
 """Differential sweep of tdbg's compiler over torch's OpInfo database (float32, CPU).
 
-Per op, a few samples are traced together into one aten graph (make_fx over a functionalized
-function, with tdbg's decomposition table, fake tensors) and compiled with `compile_aten`.
+Per op, a few samples are traced together into one aten graph by AOTAutograd with tdbg's
+decomposition table (as compile_fx does after Dynamo) and compiled with `compile_aten`.
 Each op ends up in exactly one class:
 
   lowered     every aten node ran as generated C++, and the values match eager
@@ -84,14 +84,22 @@ def _graph_function(op, samples):
     return fn, inputs
 
 
-def _trace(fn, inputs):
-    from torch.func import functionalize
-    from torch.fx.experimental.proxy_tensor import make_fx
+def _aot(fn, inner):
+    """`fn` through AOTAutograd with tdbg's decompositions (what compile_fx does after Dynamo),
+    `inner(aten_gm, example_inputs)` compiling the inference graph."""
+    from functorch.compile import aot_function, make_boxed_func
 
     from tdbg.compiler import config
     from tdbg.compiler.decompositions import decomposition_table
-    return make_fx(functionalize(fn), decomposition_table=decomposition_table(config.current()),
-                   tracing_mode="fake")(*_clone(inputs))
+    return aot_function(fn, fw_compiler=lambda gm, example: make_boxed_func(inner(gm, example)),
+                        decompositions=decomposition_table(config.current()))
+
+
+def _trace(fn, inputs):
+    """(aten graph of fn, its outputs when aten runs it)."""
+    graphs = []
+    out = _aot(fn, lambda gm, _: graphs.append(gm) or gm)(*_clone(inputs))
+    return graphs[0], out
 
 
 def _first_line(e: BaseException) -> str:
@@ -100,13 +108,13 @@ def _first_line(e: BaseException) -> str:
 
 
 def _traceable(op, samples):
-    """(fn, inputs, gm, samples) for all samples, else for those that trace alone; or a reason."""
+    """(fn, inputs, gm, aten outputs, samples) for all samples, else for those that trace alone; or a reason."""
     attempts = [samples] + ([[s] for s in samples] if len(samples) > 1 else [])
     reason = None
     for group in attempts:
         fn, inputs = _graph_function(op, group)
         try:
-            return (fn, inputs, _trace(fn, inputs), group), None
+            return (fn, inputs, *_trace(fn, inputs), group), None
         except Exception as e:
             reason = reason or _first_line(e)
     return None, reason
@@ -132,7 +140,7 @@ class _Skip(Exception):
 
 
 def _prepare(op):
-    """(fn, inputs, gm, samples, expected, why values vary) for `op`, or raise _Skip."""
+    """(fn, inputs, gm, aten outputs, samples, expected, why values vary) for `op`, or raise _Skip."""
     import itertools
 
     import torch
@@ -146,7 +154,10 @@ def _prepare(op):
     traced, reason = _traceable(op, samples)
     if traced is None:
         raise _Skip(f"trace: {reason}")
-    fn, inputs, gm, used = traced
+    fn, inputs, gm, aten_out, used = traced
+    dynamic = next((n.name for n in gm.graph.nodes if _has_symbolic_shape(n.meta.get("val"))), None)
+    if dynamic:
+        raise _Skip(f"data-dependent output shape (node {dynamic}); Dynamo graph-breaks there")
     if any(x.is_complex() or x.layout != torch.strided for x in inputs):
         raise _Skip("complex or sparse inputs (tdbg handles dense real tensors)")
     torch.manual_seed(0)
@@ -156,7 +167,14 @@ def _prepare(op):
         raise _Skip(f"eager: {_first_line(e)}")
     if any(x.is_complex() or x.layout != torch.strided for out in expected for x in out):
         raise _Skip("complex or sparse outputs (tdbg handles dense real tensors)")
-    return fn, inputs, gm, used, expected, _varies(fn, inputs, expected, gm)
+    return fn, inputs, gm, aten_out, used, expected, _varies(fn, inputs, expected, gm)
+
+
+def _has_symbolic_shape(val) -> bool:
+    import torch
+    import torch.utils._pytree as pytree
+    return any(isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape)
+               or isinstance(t, torch.SymInt) for t in pytree.tree_leaves(val))
 
 
 def check_op(op, config=None) -> dict:
@@ -174,21 +192,29 @@ def check_op(op, config=None) -> dict:
         return row
 
     try:
-        fn, inputs, gm, used, expected, varies = _prepare(op)
+        fn, inputs, gm, aten_out, used, expected, varies = _prepare(op)
     except _Skip as e:
         return done("skipped", str(e))
     row["samples"] = len(used)
-    try:
-        compiled = compile_aten(gm, _clone(inputs), config, graph_name=op_key(op).replace(".", "_"))
-    except Exception as e:
-        return done("failed", f"compile: {_first_line(e)}")
-    row["fallbacks"] = sorted({str(t) for t in compiled.fallback_targets})
-    row["kernels"] = len(compiled.kernels)
+    graphs = {}
+
+    def inner(aten_gm, example_inputs):
+        try:
+            graphs["compiled"] = compile_aten(aten_gm, example_inputs, config, graph_name=op_key(op).replace(".", "_"))
+        except Exception as e:
+            graphs["error"] = e
+            raise
+        return graphs["compiled"]
+
     try:
         torch.manual_seed(0)
-        actual = compiled(*_clone(inputs))
+        actual = _aot(fn, inner)(*_clone(inputs))
     except Exception as e:
-        return done("failed", f"run: {_first_line(e)}")
+        where = "compile" if "error" in graphs else "run" if "compiled" in graphs else "aot"
+        return done("failed", f"{where}: {_first_line(graphs.get('error', e))}")
+    compiled = graphs["compiled"]
+    row["fallbacks"] = sorted({str(t) for t in compiled.fallback_targets})
+    row["kernels"] = len(compiled.kernels)
     status = "fell_back" if row["fallbacks"] else "lowered"
     if varies:
         return done(status, f"values not compared ({varies})")
@@ -196,18 +222,18 @@ def check_op(op, config=None) -> dict:
         row["detail"] = "no aten nodes"
     mismatches = compare(expected, actual, fp64_reference(fn, inputs))
     if mismatches:
-        return done("mismatched", _describe(mismatches, used, gm, inputs, expected))
+        return done("mismatched", _describe(mismatches, used, aten_out, expected))
     return done(status, row["detail"])
 
 
-def _describe(mismatches, samples, gm, inputs, expected) -> str:
+def _describe(mismatches, samples, aten_out, expected) -> str:
     """Which samples broke and how; notes when the traced graph itself already differs from eager."""
     from tdbg.minifier.accuracy import compare
     lines = []
     for m in mismatches[:3]:
         index = int(m.output.split("]")[0].split("[")[1])
         lines.append(f"{m.output} {m.dtype} {list(m.shape)}: {m.message}; sample {repr(samples[index])[:300]}")
-    if compare(expected, gm(*_clone(inputs))):
+    if compare(expected, aten_out):
         lines.append("the decomposed graph run by aten differs from eager too (decomposition)")
     return "\n".join(lines)
 
