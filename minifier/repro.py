@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Optional
 
-from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, imports_for, module_source, trace_module
+# graph_io (torch) is imported inside the functions: the CLI checks paths and starts its warm
+# workers before paying for torch in its own process.
 
 REPRO, LAUNCHER = "repro.py", "minifier_launcher.py"
 TEMPLATES = {REPRO: "repro.py.tmpl", LAUNCHER: "minifier_launcher.py.tmpl"}
@@ -28,8 +29,8 @@ TEMPLATES = {REPRO: "repro.py.tmpl", LAUNCHER: "minifier_launcher.py.tmpl"}
 @dataclass
 class Dump:
     """Everything a repro file holds."""
-    case: Case
-    store: TensorStore
+    case: "Case"  # noqa: F821
+    store: "TensorStore"  # noqa: F821
     spec: dict                 # compile spec (oracle.evaluate)
     expected: Optional[dict] = None   # Signature.to_dict() of the failure, when known
     title: str = "a failing compiled graph"
@@ -44,6 +45,7 @@ def template(name: str) -> string.Template:
 
 def render(name: str, dump: Dump) -> str:
     """File text; a template field without a value raises KeyError (never a silent blank)."""
+    from tdbg.minifier.graph_io import imports_for, module_source
     spec = dump.spec
     fields = {
         "title": dump.title, "failure": dump.failure.replace("\n", " "),
@@ -162,6 +164,7 @@ def load(path: str) -> Dump:
 
 
 def from_namespace(path: str, ns: dict) -> Dump:
+    from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, trace_module
     store = TensorStore()
     specs = tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
                             requires_grad, value)
