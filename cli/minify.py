@@ -65,7 +65,10 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
             dump.spec[key] = value
     if tolerance is not None or ignore_non_fp:
         dump.spec["check_accuracy"] = True
-    report = _minify(dump, out_dir, check_str, timeout, max_queries, pool)
+    try:
+        report = _minify(dump, out_dir, check_str, timeout, max_queries, pool)
+    finally:
+        pool.close()
     code = exit_code(STATUS_CODES[report.status])
     _render(report, out_dir)
     write_json(json_path, {**payload, "exit_code": code, **report.to_dict()}, JSON_SCHEMA, JSON_VERSION)

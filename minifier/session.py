@@ -86,18 +86,22 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
                 passes=None, pool: Optional[Pool] = None) -> Report:
     """Minify the dump's graph into out_dir (repro.py, minifier_launcher.py, inputs/, minify.jsonl).
 
-    `pool` (closed on return) may be started early by the caller so its warm-up overlaps other work.
+    `pool` may be started early by the caller so its warm-up overlaps other work; the caller then
+    closes it. Without one, a pool is made and closed here.
     """
     start = time.perf_counter()
     emit = on_event or (lambda e: None)
     os.makedirs(out_dir, exist_ok=True)
-    with (pool or Pool(timeout=timeout)) as pool:
-        oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
-        try:
-            report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes)
-        finally:
-            oracle.close()
-        report.workers_replaced = pool.replaced
+    own = pool is None
+    pool = pool or Pool(timeout=timeout)
+    oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
+    try:
+        report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes)
+    finally:
+        oracle.close()
+        if own:
+            pool.close()
+    report.workers_replaced = pool.replaced
     report.seconds = time.perf_counter() - start
     return report
 

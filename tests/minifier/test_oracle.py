@@ -1,4 +1,5 @@
 """Failure signatures, in-process evaluation, and isolated warm workers (crash, hang)."""
+import os
 import signal
 
 import pytest
@@ -99,3 +100,34 @@ def test_worker_turns_a_hang_into_a_timeout(pool):
     hang = pool.query(case_source(case), list(case.inputs), store, spec(HANG, "slow"))
     assert hang.kind == "hang"
     assert pool.query(case_source(case), list(case.inputs), store, spec(RAISES, "picky")).kind == "compile_error"
+
+
+FLAKY = """
+def flaky(gm, example_inputs):
+    import os
+    path = COUNTER
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    open(path, "w").write(str(n + 1))
+    if n % 2 == 0:
+        raise RuntimeError("fails every other time")
+    return gm
+"""
+
+
+def test_a_failure_that_does_not_repeat_is_flaky_not_minified(pool, tmp_path):
+    from tdbg.minifier.repro import Dump
+    from tdbg.minifier.session import minify_dump
+    case, store = make_case(two_outputs, torch.ones(3))
+    source = FLAKY.replace("COUNTER", repr(str(tmp_path / "count")))
+    report = minify_dump(Dump(case, store, spec(source, "flaky")), str(tmp_path / "out"), pool=pool)
+    assert report.status == "flaky"
+    assert (report.first.kind, report.second.kind) == ("compile_error", "pass")
+    assert not os.path.exists(tmp_path / "out" / "repro.py")
+
+
+def test_a_graph_that_does_not_fail_is_reported_not_minified(pool, tmp_path):
+    from tdbg.minifier.repro import Dump
+    from tdbg.minifier.session import minify_dump
+    case, store = make_case(lambda x: torch.sin(x), torch.ones(3))
+    report = minify_dump(Dump(case, store, spec(RAISES, "picky")), str(tmp_path / "out"), pool=pool)
+    assert report.status == "no_failure" and report.first.kind == "pass"
