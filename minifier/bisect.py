@@ -143,7 +143,8 @@ def _bisect(prober: _Prober, jobs: int) -> dict:
 
 
 def _short_run(verdict: dict) -> dict:
-    return {"status": verdict["status"], "stage": verdict.get("stage"), "error": _short(verdict.get("error")),
+    return {"status": verdict["status"], "stage": verdict.get("stage"), "exit_code": verdict.get("exit_code"),
+            "error": _short(verdict.get("error")),
             "graphs": len(verdict.get("graphs") or []), "duration_s": verdict.get("duration_s")}
 
 

@@ -34,6 +34,7 @@ SCENARIOS = {
     "explain_toy": (["explain", "examples/toy_example.py", "--max-graph-breaks", "2"], {}),
     "explain_recompile": (["explain", "examples/recompile_example.py", "--max-recompiles", "1"], {}),
     "bisect_dynamo": (["bisect", "examples/dynamo_failure.py"], {}),
+    "bisect_script_fails": (["bisect", f"{SCRIPTS}/exits_seven.py"], {}),
     "bisect_foo2_accuracy": (["bisect", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:accuracy"}),
     "bisect_foo2_crash": (["bisect", "examples/foo2.py"], {"TDBG_INJECT_BUG": "neg:crash"}),
     "bisect_foo1_compile_error": (["bisect", "examples/foo1.py"], {"TDBG_INJECT_BUG": "neg:compile_error"}),

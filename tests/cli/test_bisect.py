@@ -17,6 +17,14 @@ def test_dynamo_failure_stops_at_eager(scenarios):
     assert [run["label"] for run in doc["runs"]] == ["uncompiled", "backend eager"]
 
 
+@pytest.mark.scenario("bisect_script_fails")
+def test_script_failing_uncompiled_is_blamed_on_the_script(scenarios):
+    r = scenarios["bisect_script_fails"]
+    assert r.code == 7, r.output
+    assert r.json["verdict"]["level"] == "script" and r.json["backends"] == []
+    assert "the script fails without torch.compile" in r.stdout
+
+
 def _assert_ends_at_neg(r, stage):
     assert r.code == exit_code(stage), r.output
     doc = r.json
