@@ -1,0 +1,36 @@
+"""Compiler bugs found by the OpInfo sweep and the acceptance tests, one test each.
+
+A known, not yet fixed bug is `xfail(strict=True)`: the day it is fixed the test passes, strict
+xfail turns that into a failure, and the marker must be removed (the test then guards the fix).
+"""
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from helpers import assert_matches
+from tdbg.compiler import compile_aten
+from tdbg.compiler.config import Config
+from tdbg.compiler.errors import LoweringError
+
+
+def _quantile_indices(x):
+    m = x * 0.5
+    m.masked_fill_(m < 0, 0)
+    frac = m - m.to(torch.int64)
+    m.ceil_()
+    return frac, m
+
+
+@pytest.mark.xfail(strict=True, reason="compile_aten lowers in-place aten ops of a non-functional graph "
+                                       "as if they were out-of-place over shared buffers (found via nanquantile)")
+def test_non_functional_graph_is_computed_right_or_rejected():
+    """make_fx without functionalization keeps masked_fill_/ceil_; AOT graphs never contain them."""
+    x = torch.tensor([-1.0, 0.3, 2.6])
+    gm = make_fx(_quantile_indices)(x)
+    assert {"masked_fill_.Scalar", "ceil_.default"} <= {n.target._opname + "." + n.target._overloadname
+                                                       for n in gm.graph.nodes if n.op == "call_function"}
+    try:
+        compiled = compile_aten(gm, [x.clone()], Config())
+    except LoweringError:
+        return
+    assert_matches(_quantile_indices(x.clone()), compiled(x.clone()))
