@@ -100,7 +100,11 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     if stage == "dynamo":
         return [common.command_line(["tdbg", "explain", *words])]
     if stage == "script":
-        return [common.command_line(["tdbg", "bisect", *words])]
+        graphs = verdict.get("graphs") or []
+        unchecked = bool(graphs) and not any(g.get("checked") for g in graphs)
+        check = [common.command_line(["tdbg", "run", script, "--backend", backend, "--check-accuracy",
+                                      *(["--", *args] if args else [])])] if unchecked else []
+        return check + [common.command_line(["tdbg", "bisect", *words])]
     if stage not in COMPILER_STAGES:
         return []
     commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]

@@ -320,7 +320,13 @@ def describe(exc: BaseException, session, script: str) -> dict:
             "source": source or _user_line(chain, script),
             "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
             "frame": info.get("frame"), "during": tag["during"] if tag else None, "evidence": evidence,
-            "traceback": "".join(traceback.format_exception(exc))}
+            "traceback": "".join(traceback.format_exception(type(exc), exc, _script_tb(exc)))}
+
+
+def _script_tb(exc: BaseException):
+    """The traceback from the script's first frame on (the runner's exec frame left out)."""
+    tb = exc.__traceback__
+    return tb.tb_next if tb is not None and tb.tb_frame.f_code is _child.__code__ and tb.tb_next else tb
 
 
 def _is_dynamo_error(chain) -> bool:
