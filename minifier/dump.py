@@ -80,7 +80,12 @@ def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
     if after == "dynamo":
         return dumper.dynamo_backend
     from tdbg.compiler import make_backend
-    return make_backend(config, inner_compile=dumper.inner_compile)
+    aot = make_backend(config, inner_compile=dumper.inner_compile)
+
+    def backend_after_aot(gm, example_inputs):
+        dumper.real_inputs = list(example_inputs)  # Dynamo's inputs are real; AOT's are fake
+        return aot(gm, example_inputs)
+    return backend_after_aot
 
 
 class _Dumper:
@@ -88,6 +93,7 @@ class _Dumper:
         self.after, self.level, self.out_dir, self.config = after, level, out_dir, config
         self.backend = backend
         self.counter = itertools.count()
+        self.real_inputs: list = []
 
     # ------------------------------------------------------------ the two hooks
     def dynamo_backend(self, gm, example_inputs):
@@ -106,12 +112,13 @@ class _Dumper:
         from tdbg.compiler import compile_aten
         k = next(self.counter)
         snap = _snapshot(gm)
+        known = _match_real(example_inputs, self.real_inputs) if kind != "backward" else example_inputs
         if self.level == 3:
-            self._dump(snap, example_inputs, (LAUNCHER,), None, f"graph_{k}")
+            self._dump(snap, known, (LAUNCHER,), None, f"graph_{k}")
         try:
             compiled = compile_aten(gm, example_inputs, config, graph_name=graph_name, kind=kind)
         except Exception as e:
-            raise self._failed(e, "compile_error", snap, example_inputs)
+            raise self._failed(e, "compile_error", snap, known)
         return _Checked(compiled, snap, self, f"graph_{k}")
 
     # ------------------------------------------------------------ dumping
@@ -168,6 +175,15 @@ def _snapshot(gm):
     graph = fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     return fx.GraphModule(gm, graph)
+
+
+def _match_real(fakes, reals) -> list:
+    """The real tensors Dynamo saw, when the aten graph takes exactly those (same count, shapes,
+    dtypes, in order: no lifted state); else the fake ones (dumped as random values)."""
+    same = len(fakes) == len(reals) and all(
+        getattr(f, "shape", None) == getattr(r, "shape", None) and getattr(f, "dtype", None) == getattr(r, "dtype", None)
+        for f, r in zip(fakes, reals))
+    return list(reals) if same else list(fakes)
 
 
 def _realize(inputs) -> list:

@@ -92,3 +92,20 @@ def test_level_4_after_aot_on_foo2_with_an_injected_neg_bug(tmp_path):
     assert [n.target for n in dump.case.compute_nodes()][:2] == [torch.ops.aten.neg.default,
                                                                  torch.ops.aten.maximum.default]
     assert torch.equal(dump.store.value(dump.case.inputs[0]), x1)  # the real inputs
+
+
+def test_compile_error_after_aot_keeps_the_real_integer_inputs(tmp_path):
+    def foo1(x1, x2):
+        return torch.cat([torch.maximum(x2, torch.neg(x1))], dim=0)
+    cfg = Config().replace(inject_bug=("neg", "compile_error"))
+    wrapped = wrap_backend(None, after="aot", level=2, out_dir=str(tmp_path), config=cfg)
+    torch._dynamo.reset()
+    x1 = torch.tensor([[7, 250, 3]], dtype=torch.uint8)
+    x2 = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.uint8)
+    with pytest.raises(Exception) as info:
+        torch.compile(foo1, backend=wrapped)(x1, x2)
+    assert type(inner(info.value)).__name__ == "CppCompileError"
+    assert inner(info.value).tdbg_repro_dir == str(tmp_path)
+    dump = load(str(tmp_path))
+    assert dump.expected["exc_type"] == "CppCompileError"
+    assert [dump.store.value(s).tolist() for s in dump.case.inputs] == [x1.tolist(), x2.tolist()]
