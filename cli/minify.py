@@ -51,14 +51,15 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     except FileExistsError as e:
         fail(str(e), "usage")
     dump_mode = os.path.isdir(target) or is_dump_file(target)
+    if not dump_mode:
+        common.require_script(target)
+        common.check_backend(backend)
     from tdbg.minifier.workers import Pool
     pool = Pool(timeout=timeout)  # warms up while the dump loads or the script runs
     payload = {"target": target, "mode": "dump" if dump_mode else "script", "out_dir": out_dir}
     if dump_mode:
         dump = _load(target)
     else:
-        common.require_script(target)
-        common.check_backend(backend)
         dump, payload["capture"] = _capture(target, list(args), after, level, backend, out_dir, timeout)
     for key, value in (("tolerance", tolerance), ("ignore_non_fp", ignore_non_fp or None)):
         if value is not None:
