@@ -150,6 +150,11 @@ def _static(example_inputs) -> bool:
     return True
 
 
+def _node_values(gm):
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"]
+    return [v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, (torch.Tensor, torch.SymInt))]
+
+
 def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
                  trace: Optional[DebugTrace] = None) -> CompiledGraph:
     """Compile an aten-level FX graph into C++ kernels plus a Python wrapper."""
@@ -158,8 +163,8 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     trace = trace or _start_trace(config, graph_name)
     spec = _output_spec(aten_gm)
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
-    if not _static(example_inputs):
-        log.info("%s: dynamic shapes; running the aten graph unchanged", graph_name)
+    if not (_static(example_inputs) and _static(_node_values(aten_gm))):
+        log.info("%s: dynamic shapes or scalar inputs; running the aten graph unchanged", graph_name)
         return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
                              fallback_targets=[str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"])
     c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)

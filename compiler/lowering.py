@@ -385,7 +385,7 @@ def lower_copy(g, node, x, *rest, dtype=None, layout=None, device=None, pin_memo
     return g.pointwise(node, size, out_dtype, load, (src,))
 
 
-@register_lowering(aten.full, aten.scalar_tensor)
+@register_lowering(aten.full, aten.scalar_tensor, aten.full_like)
 def lower_full(g, node, *args, **kwargs):
     size, out_dtype = _out(node)
     value = args[-1]
@@ -468,8 +468,11 @@ def lower_view(g, node, x, *args, **kwargs):
     otherwise a View whose reindex maps output indices to `x`'s indices."""
     size, _ = _out(node)
     reindex = VIEW_REINDEX[node.target.overloadpacket]
-    if reindex is None and x.storage() is None:
+    if reindex is None:
+        # as_strided addresses the storage: only ours (offset 0) is known at compile time
         x = g.realize(x)
+        if not isinstance(x.storage()[0], ComputedBuffer):
+            raise NotImplementedError("as_strided of a tensor whose storage offset is known only at run time")
     st = x.storage()
     if st is not None:
         buf, layout = st
