@@ -22,7 +22,6 @@ SCENARIOS = {
                                 {"TDBG_INJECT_BUG": "neg:runtime_error", "TDBG_DEBUG_DIR": "{tmp}/dbg"}),
     "run_fullgraph": (["run", "examples/toy_example.py", "--fullgraph", "--backend", "eager"], {}),
     "run_toy_compiler": (["run", "examples/toy_compiler.py", "--backend", "examples/toy_compiler.py:toy_compiler"], {}),
-    "run_dynamo_failure": (["run", "examples/dynamo_failure.py", "--backend", "eager"], {}),
     "run_exits_seven": (["run", f"{SCRIPTS}/exits_seven.py", "--backend", "eager"], {}),
     "run_no_compile": (["run", f"{SCRIPTS}/no_compile.py"], {}),
     "run_timeout": (["run", f"{SCRIPTS}/sleeps.py", "--timeout", "2"], {}),

@@ -5,7 +5,7 @@ from tdbg.cli.console import exit_code
 
 pytestmark = pytest.mark.scenario(
     "run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_crash", "run_foo2_kernel_runtime",
-    "run_toy_compiler", "run_dynamo_failure", "run_exits_seven", "run_no_compile", "run_timeout",
+    "run_toy_compiler", "run_exits_seven", "run_no_compile", "run_timeout",
     "run_function", "run_foo2_repro", "run_fullgraph")
 
 # scenario -> (stage, exit code name, FX node, phrase of the report)
@@ -15,7 +15,6 @@ FAILURES = {
     "run_foo2_crash": ("crash", "crash", None, "SIGSEGV"),
     "run_foo2_kernel_runtime": ("kernel_runtime", "kernel_runtime", "neg", "injected runtime error in neg"),
     "run_toy_compiler": ("backend", "backend", None, "toy_compiler does not support relu"),
-    "run_dynamo_failure": ("dynamo", "dynamo", None, "Data-dependent branching"),
     "run_fullgraph": ("dynamo", "dynamo", None, "builtin operator `print`"),
 }
 
@@ -52,8 +51,9 @@ def test_source_line_and_kernel_are_reported(scenarios):
     assert err["kernel"].startswith("cpp_") and "neg" in err["kernel"]
     # the real g++ error, trimmed: a few lines, not the whole log
     assert "error:" in err["message"] and len(err["message"].splitlines()) <= 13
-    dyn = scenarios["run_dynamo_failure"].json["verdict"]["error"]
-    assert dyn["source"] == "examples/dynamo_failure.py:6 in clip_if_large: if x.sum() > 0:"
+    dyn = scenarios["run_fullgraph"].json["verdict"]["error"]
+    assert dyn["source"] == 'examples/toy_example.py:7 in toy_example: print("woo")'
+    assert scenarios["run_fullgraph"].json["next_commands"] == ["tdbg explain examples/toy_example.py"]
 
 
 def test_accuracy_report_names_output(scenarios):
