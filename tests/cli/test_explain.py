@@ -4,9 +4,7 @@ import pytest
 from tdbg.cli.console import exit_code
 from tdbg.minifier import explain
 
-pytestmark = pytest.mark.scenario("explain_toy", "explain_recompile")
-
-
+@pytest.mark.scenario("explain_toy")
 def test_toy_example_three_graphs_two_breaks(scenarios):
     r = scenarios["explain_toy"]
     assert r.code == 0, r.output          # 2 breaks within --max-graph-breaks 2
@@ -25,6 +23,7 @@ def test_toy_example_three_graphs_two_breaks(scenarios):
     assert "call to print()" in r.stdout
 
 
+@pytest.mark.scenario("explain_recompile")
 def test_recompiles_in_user_terms_and_threshold(scenarios):
     r = scenarios["explain_recompile"]
     assert r.code == exit_code("threshold")

@@ -3,11 +3,6 @@ import pytest
 
 from tdbg.cli.console import exit_code
 
-pytestmark = pytest.mark.scenario(
-    "run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_crash", "run_foo2_kernel_runtime",
-    "run_toy_compiler", "run_exits_seven", "run_no_compile", "run_timeout",
-    "run_function", "run_foo2_repro", "run_fullgraph")
-
 # scenario -> (stage, exit code name, FX node, phrase of the report)
 FAILURES = {
     "run_foo2_accuracy": ("accuracy", "accuracy", None, "differ from eager"),
@@ -19,7 +14,12 @@ FAILURES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(FAILURES))
+def _with_scenario(names):
+    """Parameters that each mark the scenario they read (so -k starts only those)."""
+    return [pytest.param(n, marks=pytest.mark.scenario(n)) for n in names]
+
+
+@pytest.mark.parametrize("name", _with_scenario(sorted(FAILURES)))
 def test_failure_stage_exit_code_and_json(scenarios, name):
     stage, code_name, fx_node, phrase = FAILURES[name]
     r = scenarios[name]
@@ -33,8 +33,8 @@ def test_failure_stage_exit_code_and_json(scenarios, name):
         assert doc["verdict"]["error"]["fx_node"] == fx_node
 
 
-@pytest.mark.parametrize("name", ["run_foo2_accuracy", "run_foo1_compile_error", "run_foo2_kernel_runtime",
-                                  "run_foo2_crash"])
+@pytest.mark.parametrize("name", _with_scenario(["run_foo2_accuracy", "run_foo1_compile_error",
+                                                  "run_foo2_kernel_runtime", "run_foo2_crash"]))
 def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
     r = scenarios[name]
     err = r.json["verdict"]["error"]
@@ -45,6 +45,7 @@ def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
     assert f"tdbg bisect {script}" in r.stdout
 
 
+@pytest.mark.scenario("run_foo1_compile_error", "run_fullgraph")
 def test_source_line_and_kernel_are_reported(scenarios):
     err = scenarios["run_foo1_compile_error"].json["verdict"]["error"]
     assert err["source"] == "examples/foo1.py:17 in <module>: result = compiled_foo1(x1, x2)"
@@ -56,6 +57,7 @@ def test_source_line_and_kernel_are_reported(scenarios):
     assert scenarios["run_fullgraph"].json["next_commands"] == ["tdbg explain examples/toy_example.py"]
 
 
+@pytest.mark.scenario("run_foo2_accuracy")
 def test_accuracy_report_names_output(scenarios):
     err = scenarios["run_foo2_accuracy"].json["verdict"]["error"]
     mismatch = err["evidence"]["mismatches"][0]
@@ -63,6 +65,7 @@ def test_accuracy_report_names_output(scenarios):
     assert mismatch["max_abs_error"] > 1.0
 
 
+@pytest.mark.scenario("run_toy_compiler")
 def test_user_backend_failure_points_at_minify_after_dynamo(scenarios):
     r = scenarios["run_toy_compiler"]
     assert r.json["next_commands"] == [
@@ -70,12 +73,14 @@ def test_user_backend_failure_points_at_minify_after_dynamo(scenarios):
     assert r.json["verdict"]["error"]["message"] == "AssertionError: toy_compiler does not support relu"
 
 
+@pytest.mark.scenario("run_exits_seven")
 def test_script_own_failure_keeps_its_exit_code(scenarios):
     r = scenarios["run_exits_seven"]
     assert r.code == 7
     assert r.json["verdict"]["stage"] == "script" and r.json["exit_code"] == 7
 
 
+@pytest.mark.scenario("run_no_compile")
 def test_script_that_never_compiles_is_bad_input(scenarios):
     r = scenarios["run_no_compile"]
     assert r.code == exit_code("bad_input")
@@ -83,12 +88,14 @@ def test_script_that_never_compiles_is_bad_input(scenarios):
     assert r.json["verdict"]["stage"] == "bad_input"
 
 
+@pytest.mark.scenario("run_timeout")
 def test_timeout_kills_the_child(scenarios):
     r = scenarios["run_timeout"]
     assert r.code == exit_code("timeout")
     assert r.json["verdict"]["stage"] == "timeout" and r.json["verdict"]["duration_s"] < 30
 
 
+@pytest.mark.scenario("run_function")
 def test_function_compiles_only_that_frame_and_passes_argv(scenarios):
     r = scenarios["run_function"]
     assert r.code == 0, r.output     # the script exits 5 unless it got `--flag`
@@ -106,6 +113,7 @@ def test_training_step_passes_with_accuracy_check(scenarios):
     assert "OK examples/mlp_train.py: backend inductor" in r.stdout
 
 
+@pytest.mark.scenario("run_foo2_repro")
 def test_repro_options_reach_the_dumper(scenarios):
     r = scenarios["run_foo2_repro"]
     assert r.code == exit_code("accuracy"), r.output
@@ -114,6 +122,7 @@ def test_repro_options_reach_the_dumper(scenarios):
     assert r.json["next_commands"][-1] == f"tdbg minify {r.json['verdict']['repro_dir']}"
 
 
+@pytest.mark.scenario("run_foo2_kernel_runtime")
 def test_debug_dir_and_log_channels(scenarios):
     r = scenarios["run_foo2_kernel_runtime"]
     debug_dir = r.json["verdict"]["debug_dir"]
