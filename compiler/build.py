@@ -118,10 +118,11 @@ def cache_key(source: str, config, toolchain: Optional[str] = None) -> str:
     return hashlib.sha256(toolchain.encode() + b"\0" + source.encode()).hexdigest()
 
 
-def cached_paths(source: str, config, toolchain: Optional[str] = None) -> tuple:
-    """(source path, library path) that `source` has in the cache under `config`."""
+def cached_paths(source: str, config, toolchain: Optional[str] = None, name: str = "kernel") -> tuple:
+    """(source path, library path) that kernel `name` with `source` has in the cache under `config`."""
     key = cache_key(source, config, toolchain)
-    stem = os.path.join(config.cache_dir, key[:2], key[:40])
+    readable = "".join(c if c.isalnum() or c == "_" else "_" for c in name)[:80]
+    stem = os.path.join(config.cache_dir, key[:2], f"{readable}-{key[:32]}")
     return stem + ".cpp", stem + ".so"
 
 
@@ -131,14 +132,14 @@ def compile_command(config, source_path: str, lib_path: str) -> list:
             source_path, "-o", lib_path]
 
 
-def build_command(source: str, config) -> list:
-    """The command `build_kernels` runs (or ran) for `source`, for evidence and repro scripts."""
-    return compile_command(config, *cached_paths(source, config))
+def build_command(source: str, config, name: str = "kernel") -> list:
+    """The command `build_kernels` runs (or ran) for kernel `name`, for evidence and repro scripts."""
+    return compile_command(config, *cached_paths(source, config, name=name))
 
 
 def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
     """Build one kernel into the cache; (lib path, error or None)."""
-    source_path, lib_path = cached_paths(source, config, toolchain)
+    source_path, lib_path = cached_paths(source, config, toolchain, name)
     ensure_private_dir(os.path.dirname(lib_path))
     if not os.path.exists(source_path):
         _atomic_write(source_path, source.encode())
@@ -170,7 +171,7 @@ def build_kernels(sources: dict, config) -> dict:
     toolchain = _toolchain_digest(config)
     result, misses = {}, {}
     for name, source in sources.items():
-        lib_path = cached_paths(source, config, toolchain)[1]
+        lib_path = cached_paths(source, config, toolchain, name)[1]
         if os.path.exists(lib_path):
             result[name] = lib_path
         else:

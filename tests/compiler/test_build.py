@@ -128,6 +128,26 @@ def test_two_processes_building_the_same_source_both_load_it(tmp_path, logging_c
     assert leftovers == []  # each compile replaced its own temporary atomically
 
 
+def test_compile_error_carries_command_first_errors_and_kept_source(tmp_path):
+    cfg = Config(cache_dir=str(tmp_path / "cache"))
+    bad = kernel_source("bad", "return x +* ;") + "int also_bad = undefined_name;\n"
+    with pytest.raises(CppCompileError) as info:
+        build.build_kernels({"good": kernel_source("good"), "bad": bad}, cfg)
+    err = info.value
+    assert err.kernels == ("bad",)
+    assert err.command[0] == "g++" and err.source_path in err.command
+    assert err.command == build.build_command(bad, cfg, "bad")
+    assert os.path.basename(err.source_path).startswith("bad-")
+    with open(err.source_path) as f:
+        assert f.read() == bad
+    first = next(line for line in err.stderr.splitlines() if "error:" in line)
+    assert first.startswith(err.source_path + ":1:") and "expected primary-expression" in first
+    assert "undefined_name" in err.stderr
+    evidence = err.evidence()
+    assert evidence["stage"] == "cpp_build" and evidence["kernel"] == "bad"
+    assert not os.path.exists(build.cached_paths(bad, cfg, name="bad")[1])
+
+
 def test_prelude_header_resolves_from_the_package(tmp_path):
     cfg = Config(cache_dir=str(tmp_path / "cache"))
     src = '#include "tdbg_prelude.h"\n' + kernel_source("k")
