@@ -335,6 +335,7 @@ def format_body(buffer: "ComputedBuffer", index, rindex=None) -> list:
     data = buffer.data
     result = data.inner_fn(handler, index, rindex) if isinstance(data, Reduction) else data.inner_fn(handler, index)
     if isinstance(data, Reduction):
-        handler.lines.append(f"{data.reduction_type}-reduce {result} over {list(data.reduction_ranges)}")
+        handler.lines.append(f"acc = {data.reduction_type}-reduce {result} over {list(data.reduction_ranges)}")
+        result = "acc"
     handler.lines.append(f"store({buffer.name}, {buffer.layout.index(index)}, {result})")
     return handler.lines
