@@ -110,6 +110,7 @@ def main() -> None:
         print(f"{r['case']:8} {r['status']:9} {r['nodes']:9} {r['wall_s']:7.1f} {r['queries']:7d} "
               f"{r['engine_s']:8.1f} {r['per_query_s']:7.2f} {r['fresh_query_s']:26.1f} "
               f"{r['fresh_query_s'] * r['queries']:29.0f}")
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; wall includes starting the warm worker)")
 
 
 if __name__ == "__main__":
