@@ -71,7 +71,8 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     finally:
         pool.close()
     code = exit_code(STATUS_CODES[report.status])
-    _render(report, out_dir)
+    if json_path != "-":  # stdout then carries only the JSON document
+        _render(report, out_dir)
     write_json(json_path, {**payload, "exit_code": code, **report.to_dict()}, JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
 
