@@ -94,7 +94,8 @@ def include_dir(cache_dir: str) -> str:
     key = (cache_dir, digest)
     # re-checked with one stat: a test or the user may have removed the cache meanwhile
     if key not in _include_dirs or not os.path.exists(os.path.join(_include_dirs[key], PRELUDE_NAME)):
-        path = ensure_private_dir(os.path.join(ensure_private_dir(cache_dir), "include", digest[:20]))
+        includes = ensure_private_dir(os.path.join(ensure_private_dir(cache_dir), "include"))
+        path = ensure_private_dir(os.path.join(includes, digest[:20]))
         for name, data in contents.items():
             target = os.path.join(path, name)
             if not os.path.exists(target):

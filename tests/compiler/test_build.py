@@ -73,7 +73,9 @@ def test_changed_flags_change_the_key_and_rebuild(tmp_path, logging_cxx):
 def test_cache_directories_are_private(tmp_path):
     cache = tmp_path / "deep" / "cache"
     lib = build.build_kernels({"k": kernel_source("k")}, Config(cache_dir=str(cache)))["k"]
-    for d in (cache, os.path.dirname(lib)):
+    private = [os.path.join(root, d) for root, dirs, _ in os.walk(cache) for d in dirs]
+    assert os.path.dirname(lib) in private and len(private) >= 3  # <key[:2]>/, include/, include/<hash>/
+    for d in [cache, *private]:
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
 
 
