@@ -16,8 +16,8 @@ aten = torch.ops.aten
 DECOMPOSED = [
     # normalization, activations and their backwards -> pointwise + reductions
     aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
-    aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_batch_norm,
-    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+    aten.native_layer_norm, aten.native_layer_norm_backward,
+    aten._native_batch_norm_legit_functional,
     aten.native_batch_norm_backward, aten.native_group_norm, aten.native_group_norm_backward,
     aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward, aten.hardtanh, aten.hardtanh_backward,
     aten.leaky_relu, aten.leaky_relu_backward, aten.elu, aten.elu_backward, aten.softplus,
