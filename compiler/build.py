@@ -45,7 +45,7 @@ _libraries: dict = {}                # library path -> ctypes.CDLL
 
 
 def ensure_private_dir(path: str) -> str:
-    """Create `path` (and parents) with mode 0700; return it."""
+    """Create `path` (parents as needed, with the umask's mode) and make it mode 0700; return it."""
     if not os.path.isdir(path):
         os.makedirs(path, mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)
@@ -129,8 +129,8 @@ def cached_paths(source: str, config, toolchain: Optional[str] = None, name: str
 
 def compile_command(config, source_path: str, lib_path: str) -> list:
     """The g++ command line that builds `source_path` into `lib_path`."""
-    return [config.cxx, *config.cxx_flags, f"-I{include_dir(config.cache_dir)}", f"-I{_PACKAGE_DIR}",
-            source_path, "-o", lib_path]
+    # only the hashed copy of the headers is on the include path: what the key covers is what g++ reads
+    return [config.cxx, *config.cxx_flags, f"-I{include_dir(config.cache_dir)}", source_path, "-o", lib_path]
 
 
 def build_command(source: str, config, name: str = "kernel") -> list:
