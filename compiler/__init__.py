@@ -107,8 +107,10 @@ def _codegen(c):
 
 def _wrap(c):
     from .wrapper import WrapperCodegen
-    c.source_code = WrapperCodegen(c.name, c.graph.graph_inputs, c.graph.graph_outputs, c.items, c.plan,
-                                   c.kernels, c.config, c.number, c.graph.buffers).render()
+    wrapper = WrapperCodegen(c.name, c.graph.graph_inputs, c.graph.graph_outputs, c.items, c.plan,
+                                   c.kernels, c.config, c.number, c.graph.buffers, c.graph.placeholders)
+    wrapper.scalars = dict(zip(c.graph.placeholders, c.example_inputs))
+    c.source_code = wrapper.render()
     get_logger("output_code").info("output code for %s:\n%s", c.name, c.source_code)
     if c.trace:
         c.path = c.trace.write("output_code.py", c.source_code)
@@ -164,9 +166,18 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     spec = _output_spec(aten_gm)
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
     if not (_static(example_inputs) and _static(_node_values(aten_gm))):
-        log.info("%s: dynamic shapes or scalar inputs; running the aten graph unchanged", graph_name)
-        return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
-                             fallback_targets=[str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"])
+        targets = [str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"]
+        if _data_dependent(aten_gm):
+            log.info("%s: data-dependent shapes; running the aten graph unchanged", graph_name)
+            return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
+                                 fallback_targets=targets)
+        log.info("%s: symbolic shapes or scalar inputs; compiling per concrete signature", graph_name)
+        return CompiledGraph(graph_name, _Specializer(aten_gm, config, graph_name, kind), spec, kind=kind)
+    return _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
+
+
+def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> CompiledGraph:
+    """The stages, on a graph with static shapes (Python scalar inputs are baked in)."""
     c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)
     if trace:
         from .wrapper import write_graph_files
@@ -183,6 +194,36 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     return CompiledGraph(graph_name, c.call, spec, kernels=[k.name for k in c.kernels], lowered_nodes=lowered,
                          fallback_targets=fallback_targets, source_code=c.source_code,
                          debug_dir=trace.path if trace else None, kind=kind)
+
+
+def _data_dependent(gm) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    return any(free_unbacked_symbols(n.meta.get("val")) for n in gm.graph.nodes if "val" in n.meta)
+
+
+class _Specializer:
+    """For graphs with symbolic shapes or Python scalar inputs: one static compilation per
+    concrete call signature (shapes, strides, dtypes, scalar values), at most MAX of them;
+    after that the aten graph runs unchanged."""
+    MAX = 8
+
+    def __init__(self, gm, config, name, kind):
+        self.gm, self.config, self.name, self.kind, self.cache = gm, config, name, kind, {}
+
+    def __call__(self, args):
+        key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
+                    for a in args)
+        call = self.cache.get(key)
+        if call is None:
+            if len(self.cache) >= self.MAX:
+                return _flat(self.gm(*args))
+            from torch.fx.experimental.proxy_tensor import make_fx
+            static = make_fx(self.gm)(*args)
+            name = f"{self.name}_s{len(self.cache)}"
+            compiled = _compile(static, list(args), self.config, name, self.kind,
+                                _start_trace(self.config, name), _output_spec(static))
+            call = self.cache[key] = compiled._call
+        return call(list(args))
 
 
 def _flat(out):

@@ -96,6 +96,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.buffers: dict = {}
         self.lowered, self.fallbacks, self.fusions = [], [], []
         self.lazy: list = []
+        self.placeholders: list = []     # every placeholder's name, tensors or not, in order
         self._names = 0
         self._inputs = iter(example_inputs)
         self.output_nodes = set()
@@ -145,6 +146,7 @@ class GraphLowering(torch.fx.Interpreter):
 
     def placeholder(self, target, args, kwargs):
         example = next(self._inputs)
+        self.placeholders.append(self.current_node.name)
         if not isinstance(example, torch.Tensor):
             return example
         layout = FixedLayout(tuple(example.shape), tuple(example.stride()), example.dtype)

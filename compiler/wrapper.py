@@ -68,7 +68,7 @@ def random_input(size, stride, dtype) -> torch.Tensor:
 
 
 def main(graph: str, call, inputs: list, constants: dict, repeat: int = 10) -> None:
-    args = [random_input(*spec) for spec in inputs]
+    args = [random_input(*spec) if isinstance(spec, tuple) else spec for spec in inputs]
     call(list(args))
     start = time.perf_counter()
     for _ in range(repeat):
@@ -103,8 +103,10 @@ def pyexpr(x) -> str:
 class WrapperCodegen:
     """Renders output_code.py for one compiled graph."""
 
-    def __init__(self, name, graph_inputs, graph_outputs, items, plan, kernels, config, graph_number, buffers):
+    def __init__(self, name, graph_inputs, graph_outputs, items, plan, kernels, config, graph_number, buffers,
+                 placeholders):
         self.name, self.graph_inputs, self.graph_outputs = name, graph_inputs, graph_outputs
+        self.placeholders = placeholders
         self.buffers = buffers
         self.items, self.plan, self.kernels, self.config = items, plan, kernels, config
         self.graph_number = graph_number
@@ -125,8 +127,7 @@ class WrapperCodegen:
             head.append(f"    {k.name!r}: r'''\n{k.source}''',")
         head += ["}", "NARGS = {" + ", ".join(f"{k.name!r}: {len(k.args)}" for k in self.kernels) + "}",
                  "STATUS = {" + ", ".join(f"{k.name!r}: {k.status_nodes!r}" for k in self.kernels) + "}",
-                 "INPUTS = [" + ", ".join(f"({tuple(b.size)}, {tuple(b.layout.stride)}, {b.dtype})"
-                                           for b in self.graph_inputs if not hasattr(b, "constant")) + "]",
+                 "INPUTS = [" + ", ".join(self._input_spec(p) for p in self.placeholders) + "]",
                  "", "", "def load(config=None):", "    return load_kernels(KERNELS, NARGS, config)", "", "",
                  "def make_call(kernels, constants=None):"]
         for k in self.kernels:
@@ -138,7 +139,7 @@ class WrapperCodegen:
             self.line("_record = torch.profiler.record_function", 1)
         self.line("", 0)
         self.line("def call(args):", 1)
-        params = [b.name for b in self.graph_inputs if not hasattr(b, "constant")]
+        params = self.placeholders
         if params:
             self.line(f"{', '.join(params)}{',' if len(params) == 1 else ''} = args")
         self.line("args.clear()")
@@ -164,6 +165,12 @@ class WrapperCodegen:
                                              for b in self.graph_inputs if hasattr(b, "constant")) + "}",
                 "    _main(GRAPH, make_call(load(), _consts), INPUTS, _consts)", ""]
         return "\n".join(head + self.lines + tail)
+
+    def _input_spec(self, name):
+        buf = self.buffers.get(name)
+        if buf is None:
+            return repr(self.scalars[name])
+        return f"({tuple(buf.size)}, {tuple(buf.layout.stride)}, {buf.dtype})"
 
     def _alloc(self, name, reuse):
         buf = self.buffers[name]

@@ -210,3 +210,13 @@ def test_input_strides_different_from_compiled_ones_are_handled():
     compiled = compile_aten(make_fx(lambda x: x * 2)(x), [x], current())
     xt = torch.randn(7, 5).t()
     torch.testing.assert_close(compiled(xt), xt * 2)
+
+
+def test_symbolic_shapes_and_scalar_inputs_compile_per_concrete_signature():
+    torch._dynamo.reset()
+    fn = lambda x, s: torch.relu(x).sum(1) * s + x.shape[0]  # noqa: E731
+    compiled = torch.compile(fn, backend="tdbg")
+    for n in (4, 8, 16, 8):   # the third call makes Dynamo go dynamic
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x, 2.5), fn(x, 2.5))
+    torch._dynamo.reset()
