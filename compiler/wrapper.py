@@ -40,8 +40,9 @@ def load_kernels(sources: dict, nargs: dict, config=None) -> dict:
 
 
 def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
-    """`t` when its strides already are `stride` (ignoring size-1 dims), else a copy that has them."""
-    if all(s == e or n == 1 for s, e, n in zip(t.stride(), stride, t.shape)):
+    """`t` when its strides already are `stride` (ignoring size-1 dims) or it is no tensor (an
+    effect token), else a copy that has them."""
+    if not isinstance(t, torch.Tensor) or all(s == e or n == 1 for s, e, n in zip(t.stride(), stride, t.shape)):
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
@@ -89,6 +90,8 @@ def pyexpr(x) -> str:
     if isinstance(x, (list, tuple)):
         inner = ", ".join(pyexpr(v) for v in x)
         return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    if isinstance(x, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        return _target_expr(x)
     if isinstance(x, torch.dtype):
         return str(x)
     if isinstance(x, torch.device):
@@ -200,6 +203,8 @@ class WrapperCodegen:
 
 
 def _target_expr(target) -> str:
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{target.name()}"
     text = str(target)
     if text.startswith(("aten.", "prims.")):
         return text
