@@ -68,9 +68,10 @@ def random_input(size, stride, dtype) -> torch.Tensor:
     return out.copy_(torch.randint(0, 2, size, dtype=dtype))
 
 
-def main(graph: str, call, inputs: list, constants: dict, repeat: int = 10) -> None:
+def main(graph: str, call, inputs: list, constants: dict, repeat: int = 100) -> None:
     args = [random_input(*spec) if isinstance(spec, tuple) else spec for spec in inputs]
-    call(list(args))
+    for _ in range(5):   # warm-up: library loading, OpenMP thread pool start
+        call(list(args))
     start = time.perf_counter()
     for _ in range(repeat):
         call(list(args))
