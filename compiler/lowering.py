@@ -210,7 +210,8 @@ class GraphLowering(torch.fx.Interpreter):
                    for t in _tensors_of(node))
 
     def _user_inlines(self, user) -> bool:
-        return user.op == "call_function" and user.target in LOWERINGS and user.target is not operator.getitem
+        """Will `user` be lowered (and so read a lazy input through its loader)?"""
+        return user.op == "call_function" and user.target is not operator.getitem and self.should_lower(user)
 
     def _after_lowering(self, node, result):
         if not isinstance(result, StorageBox):
