@@ -15,8 +15,6 @@ import json
 import os
 from typing import Optional
 
-import torch
-
 from . import config as _config
 from .errors import IRInvariantError
 from .trace import DebugTrace, configure_logging, get_logger
@@ -34,13 +32,15 @@ class CompiledGraph:
         self.name, self._call, self._spec, self.kind = name, call, spec, kind
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
+        from torch.utils._pytree import tree_unflatten
+        self._unflatten = tree_unflatten
         self._tuple = spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children))
 
     def __call__(self, *args):
         outs = self._call(list(args))
         if self._tuple:
             return outs
-        return torch.utils._pytree.tree_unflatten(list(outs), self._spec)
+        return self._unflatten(list(outs), self._spec)
 
     def __repr__(self):
         return f"CompiledGraph({self.name}, kernels={self.kernels})"
@@ -143,6 +143,7 @@ STAGES = [
 
 
 def _static(example_inputs) -> bool:
+    import torch
     for x in example_inputs:
         if isinstance(x, torch.Tensor):
             if any(not isinstance(s, int) for s in (*x.shape, *x.stride())):
@@ -153,6 +154,7 @@ def _static(example_inputs) -> bool:
 
 
 def _node_values(gm):
+    import torch
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"]
     return [v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, (torch.Tensor, torch.SymInt))]
 
@@ -211,6 +213,7 @@ class _Specializer:
         self.gm, self.config, self.name, self.kind, self.cache = gm, config, name, kind, {}
 
     def __call__(self, args):
+        import torch
         key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
                     for a in args)
         call = self.cache.get(key)
@@ -227,10 +230,12 @@ class _Specializer:
 
 
 def _flat(out):
+    import torch
     return torch.utils._pytree.tree_flatten(out)[0]
 
 
 def _output_spec(gm):
+    import torch
     out = [n for n in gm.graph.nodes if n.op == "output"][0]
     return torch.utils._pytree.tree_flatten(out.args[0])[1]
 
