@@ -13,9 +13,10 @@
      count that still fails the same way, and the report lines (Config.report_path) name the FX
      node and kernel of the last application. Finally the culprit forced to aten is confirmed.
 
-Children fork from warm zygotes (see zygote.py), so a probe does not pay for importing torch.
-Library code: no printing. `on_step(dict)` is called after each child run. Every run uses a
-temporary directory removed before returning; nothing persists between invocations.
+Children fork from warm servers (runner.zygote_pool, see forkserver.py), so a probe does not
+pay for importing torch. Library code: no printing. `on_step(dict)` is called after each child
+run. Every run uses a temporary directory removed before returning; nothing persists between
+invocations.
 """
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from tdbg.minifier.backends import CHAIN
-from tdbg.minifier.runner import RunRequest, run_script
-from tdbg.minifier.zygote import ZygotePool
+from tdbg.minifier.runner import RunRequest, run_script, zygote_pool
 
 # name, Config change that switches the subsystem off, what it is
 SUBSYSTEMS = (
@@ -98,7 +98,7 @@ def bisect(script: str, argv: list, changes: Optional[dict] = None, *, timeout: 
     tmp = tempfile.mkdtemp(prefix="tdbg-bisect-")
     start = time.monotonic()
     try:
-        with ZygotePool(jobs) as pool:
+        with zygote_pool(jobs) as pool:
             prober = _Prober(script, list(argv), dict(changes or {}), timeout, on_step, tmp, pool)
             result = _bisect(prober, jobs)
     finally:

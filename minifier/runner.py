@@ -15,7 +15,6 @@ during, evidence, traceback}, debug_dir, duration_s, and stdout/stderr tails whe
 from __future__ import annotations
 
 import ast
-import contextlib
 import glob
 import json
 import os
@@ -29,6 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 MAX_MESSAGE_LINES = 12
+# imported once by the warm servers of `zygote_pool`, before any run is forked
+ZYGOTE_WARM = ("torch", "torch._dynamo", "functorch.compile", "tdbg.minifier.backends", "tdbg.minifier.instrument",
+               "tdbg.minifier.runner", "tdbg.compiler.lowering")
 TORCH_LOG_CHANNELS = ("dynamo", "aot", "graph_breaks", "recompiles", "guards", "graph_code", "bytecode")
 
 
@@ -85,9 +87,10 @@ def parse_torch_logs(names) -> dict:
 
 
 # -- parent -------------------------------------------------------------------------------------
-def run_script(req: RunRequest, pool: Optional["ZygotePool"] = None) -> dict:
-    """Run `req` in a fresh child process, or in a child forked from a warm zygote of `pool`
-    (only for captured runs: a forked child cannot share the parent's terminal safely)."""
+def run_script(req: RunRequest, pool=None) -> dict:
+    """Run `req` in a fresh child process, or in a child forked from a warm server of `pool`
+    (a `zygote_pool`; only for captured runs: a forked child cannot share the parent's terminal
+    safely). Without a usable server the run falls back to a fresh process."""
     tmp = tempfile.mkdtemp(prefix="tdbg-run-")
     try:
         return _run_in(tmp, req, pool if req.capture else None)
@@ -103,11 +106,9 @@ def _run_in(tmp: str, req: RunRequest, pool) -> dict:
     with open(paths["spec.json"], "w") as f:
         json.dump(spec, f)
     start = time.monotonic()
-    with (pool.zygote() if pool is not None else contextlib.nullcontext()) as zygote:
-        if zygote is not None:
-            returncode, timed_out = zygote.run(paths["spec.json"], req.timeout)
-        else:
-            returncode, timed_out = _spawn(paths, req)
+    returncode, timed_out = _forked(paths, req, pool) if pool is not None else (None, False)
+    if returncode is None:
+        returncode, timed_out = _spawn(paths, req)
     verdict = _read_json(paths["verdict.json"])
     if verdict is None:
         verdict = _dead_child_verdict(returncode, timed_out, req, paths["events.jsonl"])
@@ -116,6 +117,28 @@ def _run_in(tmp: str, req: RunRequest, pool) -> dict:
         verdict["stdout_tail"] = _tail(paths["stdout.txt"])
         verdict["stderr_tail"] = _tail(paths["stderr.txt"])
     return verdict
+
+
+def zygote_pool(size: int):
+    """A `forkserver.Pool` of up to `size` warm servers (torch, Dynamo, tdbg imported) for
+    `run_script`; close it (or use it as a context manager) when done."""
+    from tdbg.minifier import forkserver
+    return forkserver.Pool(ZYGOTE_WARM, size=size)
+
+
+def _forked(paths: dict, req: RunRequest, pool):
+    """(exit code, timed out) of `child_main` forked from a warm server, or (None, False) when no
+    server can take it. Negative codes are signals; a timed-out child's group is SIGKILLed."""
+    from tdbg.minifier import forkserver
+    try:
+        with pool.server() as server:
+            reply = server.call("tdbg.minifier.runner:child_main", paths["spec.json"], timeout=req.timeout,
+                                session=True, stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
+    except forkserver.ServerDied:
+        return None, False
+    code = {"ok": reply.value, "exit": reply.code, "crash": -(reply.signal or 0),
+            "timeout": -int(signal.SIGKILL)}[reply.kind]
+    return code, reply.kind == "timeout"
 
 
 def _spawn(paths: dict, req: RunRequest):
@@ -398,7 +421,4 @@ def child_main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--zygote":
-        from tdbg.minifier.zygote import zygote_main
-        sys.exit(zygote_main())
     sys.exit(child_main(sys.argv[1]))
