@@ -257,7 +257,7 @@ class MemoryPlan:
 
 def plan_memory(items, graph_inputs, graph_outputs) -> MemoryPlan:
     """Free each buffer after its last use; a new buffer takes the storage of a dead one with
-    the same size, stride and dtype (never an input, an output or an extern's result)."""
+    the same size, stride and dtype (never an input, an output, an extern's result or input)."""
     outputs = {_buffer_of(o).name for o in graph_outputs if isinstance(o, ir.IRNode)}
     inputs = {b.name for b in graph_inputs}
     last_use: dict = {}
@@ -268,6 +268,7 @@ def plan_memory(items, graph_inputs, graph_outputs) -> MemoryPlan:
                 last_use[name] = pos
     allocs, frees, pool, reused = [], [], {}, set()
     locals_ = {n.name for it in items if isinstance(it, KernelGroup) for n in it.nodes if n.local}
+    extern_read = {name for it in items if isinstance(it, ExternNode) for name in it.read_names()}
     for pos, item in enumerate(items):
         here = []
         if isinstance(item, KernelGroup):
@@ -289,7 +290,8 @@ def plan_memory(items, graph_inputs, graph_outputs) -> MemoryPlan:
         frees.append(sorted(set(dead)))
         for name in dead:
             node = _find(items, name)
-            if node is not None and not node.local:
+            # an extern's result may alias what it read (in-place ops, views): never recycle that
+            if node is not None and not node.local and name not in extern_read:
                 layout = node.buffer.layout
                 pool.setdefault((layout.size, layout.stride, layout.dtype), []).append(name)
     return MemoryPlan(allocs, frees, reused)

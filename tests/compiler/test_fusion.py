@@ -130,3 +130,18 @@ def test_parallel_pragma_follows_config_and_work(parallel):
     x = torch.randn(128, 64)
     compiled = compile_fn(lambda x: x * 3, x, parallel=parallel, num_threads=2)
     assert ("#pragma omp parallel for num_threads(2)" in kernel_source(compiled)) == parallel
+
+
+def test_storage_read_by_an_extern_is_not_reused():
+    """masked_fill_ returns an alias of its input: that storage must outlive the input's name."""
+    def fn(x):
+        m = x * 0.5
+        m.masked_fill_(m < 0, 0)
+        frac = m - m.to(torch.int64)
+        m.ceil_()
+        return frac, m
+    x = torch.tensor([-1.0, 0.3, 2.6])
+    compiled = compile_aten(make_fx(fn)(x), [x.clone()], current())
+    assert "# reuse" not in compiled.source_code
+    for got, want in zip(compiled(x.clone()), fn(x.clone())):
+        torch.testing.assert_close(got, want)
