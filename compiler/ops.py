@@ -167,7 +167,7 @@ OTHER_LOWERINGS = {
     "reduction": ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "max", "min",
                   "var", "any", "all"),
     "special": ("cat", "constant_pad_nd", "embedding", "gather", "index_select", "where",
-                "full", "scalar_tensor", "arange", "iota", "convert_element_type", "_to_copy",
+                "full", "full_like", "scalar_tensor", "arange", "iota", "convert_element_type", "_to_copy",
                 "clamp", "clamp_min", "clamp_max", "copy", "rsub", "div.Tensor_mode"),
 }
 
