@@ -20,8 +20,24 @@ from .errors import IRInvariantError
 from .trace import DebugTrace, configure_logging, get_logger
 
 log = get_logger("compiler")
-_graph_counter = itertools.count()        # Dynamo graphs seen by a tdbg backend in this process
-_compiled_counter = itertools.count()     # graphs compiled by compile_aten (profiler names)
+_compiled_counter = itertools.count()     # graphs compiled by compile_aten outside Dynamo
+_graph_numbers: dict = {}                 # Dynamo compile id -> graph number n since the last reset
+
+
+def _graph_number() -> int:
+    """0, 1, 2, ... per Dynamo graph; restarts after torch._dynamo.reset() (compile ids restart)."""
+    from torch._guards import CompileContext
+    cid = str(CompileContext.current_compile_id())
+    if cid == "0/0" and cid in _graph_numbers:
+        _graph_numbers.clear()
+    return _graph_numbers.setdefault(cid, len(_graph_numbers))
+
+
+def _number_of(graph_name: str):
+    """n of a `<model>__<n>_<kind>_<k>` name, else None."""
+    rest = graph_name.partition("__")[2]
+    head = rest.split("_")[0]
+    return int(head) if head.isdigit() else None
 
 
 class CompiledGraph:
@@ -53,7 +69,9 @@ class Compilation:
         self.gm, self.example_inputs, self.config = gm, example_inputs, config
         self.name, self.kind, self.trace = name, kind, trace
         self.graph = self.items = self.fusions = self.plan = self.kernels = None
-        self.source_code, self.call, self.number = "", None, next(_compiled_counter)
+        n = _number_of(name)
+        self.source_code, self.call = "", None
+        self.number = n if n is not None else next(_compiled_counter)   # profiler names graph_<n>_...
 
 
 def _lower(c):
@@ -292,7 +310,7 @@ def make_backend(config=None, inner_compile=None):
         from torch._dynamo.backends.common import aot_autograd
         from .decompositions import decomposition_table
         cfg = config or _config.current()
-        model, n = _model_name(gm), next(_graph_counter)
+        model, n = _model_name(gm), _graph_number()
         aot_ids = itertools.count()
         compile_one = inner_compile or compile_aten
 
