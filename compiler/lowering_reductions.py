@@ -1,0 +1,122 @@
+"""Reduction lowerings: sum/prod/amax/amin/argmax/argmin/any/all, max/min with indices, mean,
+var and var_mean, each registered in lowering.LOWERINGS like every other lowering.
+
+Imported at the end of lowering.py so the table is complete whenever lowering is imported.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from . import ir, ops as optable
+from .ir import Reduction, View
+from .lowering import _inject, _out, register_lowering, with_origin
+
+aten = torch.ops.aten
+
+def make_reduction(g, node, x, dims, keepdim, rtype, out_dtype, load=None, src_dtype=None):
+    """Realize a Reduction of `x` over `dims` (None or [] = all) into a ComputedBuffer."""
+    nd = len(x.size)
+    dims = sorted({d % nd for d in dims}) if dims and nd else list(range(nd))
+    kept = [i for i in range(nd) if i not in dims]
+    ranges = tuple(1 if i in dims else x.size[i] for i in range(nd)) if keepdim else tuple(x.size[i] for i in kept)
+    load = load or x.make_loader()
+
+    def fn(ops, index, rindex):
+        full = [None] * nd
+        for k, i in enumerate(kept):
+            full[i] = index[i] if keepdim else index[k]
+        for k, d in enumerate(dims):
+            full[d] = rindex[k]
+        return load(ops, full)
+    fn = with_origin(node, fn)
+    bug = g.config.inject_bug
+    if bug is not None and optable.op_matches(bug[0], node.target):
+        fn = _inject(fn, bug[1], node)
+    red = Reduction(ranges, out_dtype, fn, [node] + x.lazy_origins(), tuple(x.size[d] for d in dims),
+                    rtype, src_dtype or x.dtype)
+    return g.reduction_buffer(node, red)
+
+
+def _norm_dims(dim):
+    if dim is None:
+        return None
+    return [dim] if isinstance(dim, int) else list(dim)
+
+
+def _simple_reduction(rtype):
+    def lower(g, node, x, dim=None, keepdim=False, *, dtype=None):
+        if isinstance(node.meta["val"], (tuple, list)):
+            raise NotImplementedError("multi-output form")
+        return make_reduction(g, node, x, _norm_dims(dim), keepdim, rtype, _out(node)[1])
+    return lower
+
+
+for _rtype, _targets in {"sum": (aten.sum,), "prod": (aten.prod,), "max": (aten.amax, aten.max.default),
+                         "min": (aten.amin, aten.min.default), "argmax": (aten.argmax,),
+                         "argmin": (aten.argmin,), "any": (aten.any,), "all": (aten.all,)}.items():
+    register_lowering(*_targets)(_simple_reduction(_rtype))
+
+
+@register_lowering(aten.max.dim, aten.min.dim)
+def lower_max_dim(g, node, x, dim, keepdim=False):
+    kind = node.target.overloadpacket.__name__
+    values = make_reduction(g, node, x, [dim], keepdim, kind, x.dtype)
+    indices = make_reduction(g, node, x, [dim], keepdim, "arg" + kind, torch.int64)
+    return (values, indices)
+
+
+def _count(x, dims):
+    nd = len(x.size)
+    dims = sorted({d % nd for d in dims}) if dims and nd else list(range(nd))
+    return math.prod(x.size[d] for d in dims)
+
+
+@register_lowering(aten.mean)
+def lower_mean(g, node, x, dim=None, keepdim=False, *, dtype=None):
+    size, out_dtype = _out(node)
+    total = make_reduction(g, node, x, _norm_dims(dim), keepdim, "sum", out_dtype)
+    n = _count(x, _norm_dims(dim))
+    load = total.make_loader()
+    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(load(ops, i), ops.constant(n, out_dtype)))
+
+
+def _variance(g, node, x, dim, correction, keepdim, out_dtype):
+    """Two passes: the mean, then the sum of squared deviations (both reductions share loops)."""
+    dims = _norm_dims(dim)
+    n = _count(x, dims)
+    total = make_reduction(g, node, x, dims, True, "sum", out_dtype)
+    xl, tl = x.make_loader(), total.make_loader()
+    nd = len(x.size)
+    red = set(d % nd for d in dims) if dims and nd else set(range(nd))
+
+    def sq_dev(ops, index):
+        mean = ops.div(tl(ops, [sympy.Integer(0) if d in red else i for d, i in enumerate(index)]),
+                       ops.constant(n, out_dtype))
+        dev = ops.sub(ops.to_dtype(xl(ops, index), out_dtype), mean)
+        return ops.mul(dev, dev)
+    ss = make_reduction(g, node, x, dims, keepdim, "sum", out_dtype, load=with_origin(node, sq_dev))
+    correction = 1 if correction is None else correction
+    size = ss.size
+    sl = ss.make_loader()
+    var = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(sl(ops, i), ops.constant(max(n - correction, 0), out_dtype)))
+    return var, total, n
+
+
+@register_lowering(aten.var.correction)
+def lower_var(g, node, x, dim=None, *, correction=None, keepdim=False):
+    return _variance(g, node, x, dim, correction, keepdim, _out(node)[1])[0]
+
+
+@register_lowering(aten.var_mean.correction)
+def lower_var_mean(g, node, x, dim=None, *, correction=None, keepdim=False):
+    out_dtype = node.meta["val"][0].dtype
+    var, total, n = _variance(g, node, x, dim, correction, keepdim, out_dtype)
+    g.realize(var)
+    size = var.size
+    tl = total.make_loader() if keepdim else View(total, size, ir.reshape_reindex(total.size, size)).make_loader()
+    mean = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(tl(ops, i), ops.constant(n, out_dtype)))
+    g.realize(mean)
+    return (var, mean)
