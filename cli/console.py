@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 # name -> (code, meaning). A script's own failure unrelated to compilation keeps its own code.
 EXIT_CODES = {
@@ -67,7 +67,7 @@ def err():
     return _err
 
 
-def fail(message: str, code: str = "bad_input") -> "NoReturn":  # noqa: F821
+def fail(message: str, code: str = "bad_input") -> NoReturn:
     """Print a one-paragraph error and exit with the named code."""
     from rich.markup import escape
     err().print(f"[bold red]error:[/] {escape(message)}")

@@ -336,7 +336,6 @@ class CppOps:
 
     def __getattr__(self, name):
         row = TABLE.get(name)
-        spelling = None if row is None else row
         if row is None and name not in HELPER_SPELLINGS:
             raise AttributeError(name)
 

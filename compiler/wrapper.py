@@ -240,7 +240,7 @@ def _describe_extern(kernel) -> list:
 
 def ir_pre_fusion(graph) -> str:
     """Every IR operation of a lowered graph, in program order."""
-    from .ir import ExternKernel, index_var, Reduction
+    from .ir import ExternKernel, index_var
     out = []
     for op in graph.operations:
         if isinstance(op, ExternKernel):
