@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from tdbg.minifier.backends import CHAIN
-from tdbg.minifier.runner import RunRequest, run_script, zygote_pool
+from tdbg.minifier.runner import RunRequest, read_jsonl, run_script, zygote_pool
 
 # name, Config change that switches the subsystem off, what it is
 SUBSYSTEMS = (
@@ -63,7 +63,7 @@ class _Prober:
                                         check_accuracy=backend is not None,
                                         config_changes={**self.changes, **(changes or {}), "report_path": report},
                                         timeout=self.timeout, capture=True), pool=self.pool)
-        verdict["report"] = _read_report(report)
+        verdict["report"] = read_jsonl(report)
         record = {"label": label, "backend": backend, "changes": changes or {}, "status": verdict["status"],
                   "stage": verdict.get("stage"), "duration_s": verdict.get("duration_s"),
                   "error": _short(verdict.get("error"))}
@@ -71,14 +71,6 @@ class _Prober:
         if self.on_step:
             self.on_step(record)
         return verdict
-
-
-def _read_report(path: str) -> list:
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 def _short(error: Optional[dict]) -> Optional[dict]:

@@ -188,7 +188,8 @@ def _tail(path: str, lines: int = 20) -> str:
         return ""
 
 
-def _events(path: str) -> list:
+def read_jsonl(path: str) -> list:
+    """The JSON lines of a file a child wrote; [] when it is missing or cut off mid-line."""
     try:
         with open(path) as f:
             return [json.loads(line) for line in f if line.strip()]
@@ -198,7 +199,7 @@ def _events(path: str) -> list:
 
 def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, events_path: str) -> dict:
     """The child wrote no verdict: it was killed (timeout), died from a signal, or crashed hard."""
-    events = _events(events_path)
+    events = read_jsonl(events_path)
     last = events[-1] if events else {}
     graph = last.get("graph")
     where = {"compile_start": f"while compiling graph {graph}",
