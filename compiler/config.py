@@ -46,7 +46,9 @@ class Config:
     enable_kernel_profile: bool = False  # kernels show up by name in torch.profiler
     # build
     cxx: str = "g++"
-    cxx_flags: tuple = ("-O3", "-march=native", "-fopenmp", "-fno-finite-math-only",
+    # -fno-math-errno: nothing reads errno, and without it g++ keeps sqrt & co. scalar (a call
+    # that may set errno cannot vectorize); NaN/inf semantics and no-FMA contraction stay exact.
+    cxx_flags: tuple = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-finite-math-only",
                         "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-w")
     cache_dir: str = field(default_factory=default_cache_dir)
     # debugging
