@@ -1,22 +1,27 @@
 """Build generated C++ kernels into shared libraries, cached on disk.
 
-`build_kernels({name: source}, config) -> {name: library path}` compiles each kernel's
-translation unit with its own g++ process (threads run them in parallel) into
-`config.cache_dir`, keyed by a hash of the source, compiler, flags, `cxx --version` and the
-headers shipped in this package (`tdbg_prelude.h` resolves to `cpp_prelude.h`).
+`build_kernels({name: source}, config) -> {name: library path}` splits the kernels into at most
+`jobs(config)` translation units of about equal size (several kernels share one g++ run: the
+fixed cost of a g++ process, ~60 ms, is paid once per unit instead of once per kernel), compiles
+the units in parallel threads into `config.cache_dir`, each keyed by a hash of its source,
+compiler, flags, libraries, `cxx --version` and the headers shipped in this package
+(`tdbg_prelude.h` resolves to `cpp_prelude.h`).
 
 Invariants:
 - The cache directory and its subdirectories are created with mode 0700.
 - A library path returned by `build_kernels` names a complete library: compilers write to a
   unique temporary name in the same directory and `os.replace` it into place, so concurrent
   processes never load a half-written file.
-- A warm hit costs one hash and one `stat` per kernel (plus one `stat` per header per call);
-  `cxx --version` runs once per process.
-- On a g++ failure the source stays on disk and `CppCompileError` names the command, the
-  first errors and the source path.
+- A warm hit costs one hash, one `stat` and one (memoized) dlopen per unit, plus one `stat` per
+  header per call; `cxx --version` runs once per process. A cached library that does not load
+  is removed and rebuilt, never trusted.
+- On a g++ failure the source stays on disk and `CppCompileError` names the kernel, the command,
+  the first errors and the kernel's own source path (a failed unit of several kernels is rebuilt
+  kernel by kernel to find it).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -107,7 +112,7 @@ def include_dir(cache_dir: str) -> str:
 def _toolchain_digest(config) -> str:
     """Hash of what, besides the source, determines a library: compiler, flags, headers, CPU."""
     h = hashlib.sha256()
-    for part in (config.cxx, "\0".join(config.cxx_flags), compiler_version(config.cxx),
+    for part in (config.cxx, "\0".join(config.cxx_flags), "\0".join(config.link_libs), compiler_version(config.cxx),
                  _header_files()[0], platform.machine()):
         h.update(part.encode() + b"\0\1")
     return h.hexdigest()
@@ -127,10 +132,12 @@ def cached_paths(source: str, config, toolchain: Optional[str] = None, name: str
     return stem + ".cpp", stem + ".so"
 
 
-def compile_command(config, source_path: str, lib_path: str) -> list:
-    """The g++ command line that builds `source_path` into `lib_path`."""
+def compile_command(config, source_path: str, lib_path: str, lean: bool = True) -> list:
+    """The g++ command line that builds `source_path` into `lib_path` (`lean`: with
+    `config.link_libs` after the source, else with g++'s default libraries)."""
     # only the hashed copy of the headers is on the include path: what the key covers is what g++ reads
-    return [config.cxx, *config.cxx_flags, f"-I{include_dir(config.cache_dir)}", source_path, "-o", lib_path]
+    libs = list(config.link_libs) if lean else []
+    return [config.cxx, *config.cxx_flags, f"-I{include_dir(config.cache_dir)}", source_path, "-o", lib_path, *libs]
 
 
 def build_command(source: str, config, name: str = "kernel") -> list:
@@ -138,23 +145,30 @@ def build_command(source: str, config, name: str = "kernel") -> list:
     return compile_command(config, *cached_paths(source, config, name=name))
 
 
+def _run(cmd: list, cxx: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        return subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cxx!r}: {e}")
+
+
 def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
-    """Build one kernel into the cache; (lib path, error or None)."""
+    """Build one translation unit into the cache; (lib path, error or None)."""
     source_path, lib_path = cached_paths(source, config, toolchain, name)
     ensure_private_dir(os.path.dirname(lib_path))
-    if not os.path.exists(source_path):
-        _atomic_write(source_path, source.encode())
+    _atomic_write(source_path, source.encode())   # g++ reads exactly what the key names
     tmp_lib = f"{lib_path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    cmd = compile_command(config, source_path, tmp_lib)
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        proc = subprocess.CompletedProcess(cmd, 127, "", f"cannot run {config.cxx!r}: {e}")
+    lean = True
+    proc = _run(compile_command(config, source_path, tmp_lib), config.cxx)
+    if proc.returncode != 0 and config.link_libs and "undefined reference to" in proc.stderr:
+        # the code needs more than the lean libraries (libstdc++: operator new, static guards, ...)
+        lean = False
+        proc = _run(compile_command(config, source_path, tmp_lib, lean=False), config.cxx)
     if proc.returncode != 0:
         if os.path.exists(tmp_lib):
             os.unlink(tmp_lib)
-        shown = compile_command(config, source_path, lib_path)
+        shown = compile_command(config, source_path, lib_path, lean)
         stderr = proc.stderr or proc.stdout or f"{config.cxx} exited with status {proc.returncode}"
         return lib_path, CppCompileError(command=shown, stderr=stderr, source_path=source_path,
                                          kernels=(name,))
@@ -163,31 +177,100 @@ def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
     return lib_path, None
 
 
-def build_kernels(sources: dict, config) -> dict:
-    """{kernel name: C++ translation unit} -> {kernel name: path of its built shared library}.
+def jobs(config) -> int:
+    """How many g++ processes one build runs at once (and so how many translation units it makes)."""
+    if config.cxx_jobs > 0:
+        return config.cxx_jobs
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
+
+def plan_units(sources: dict, n: int) -> list:
+    """Kernel names split into at most `n` translation units of about equal source size (longest
+    first onto the lightest unit; ties by order), each unit in `sources` order."""
+    units = [[] for _ in range(max(1, min(n, len(sources))))]
+    load = [0] * len(units)
+    order = sorted(enumerate(sources), key=lambda p: (-len(sources[p[1]]), p[0]))
+    for _, name in order:
+        i = min(range(len(units)), key=lambda u: (load[u], u))
+        units[i].append(name)
+        load[i] += len(sources[name])
+    position = {name: i for i, name in enumerate(sources)}
+    return sorted((sorted(u, key=position.get) for u in units if u), key=lambda u: position[u[0]])
+
+
+def unit_source(names: list, sources: dict) -> str:
+    """One translation unit for several kernels: their leading #include lines once, then each
+    kernel's code in its own namespace (helpers of different kernels may share names; the
+    extern "C" entry points keep their symbol names). One kernel's unit is its source unchanged."""
+    if len(names) == 1:
+        return sources[names[0]]
+    includes, bodies = [], []
+    for i, name in enumerate(names):
+        lines = sources[name].splitlines(keepends=True)
+        n = 0
+        while n < len(lines) and lines[n].startswith("#include"):
+            n += 1
+        includes += [line for line in lines[:n] if line not in includes]
+        bodies.append(f"namespace tdbg_unit_{i} {{  // {name}\n{''.join(lines[n:])}\n}}\n")
+    return "".join(includes) + "".join(bodies)
+
+
+def unit_name(names: list) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]}_and_{len(names) - 1}_more"
+
+
+def build_kernels(sources: dict, config) -> dict:
+    """{kernel name: C++ source} -> {kernel name: path of the shared library that exports it}.
+
+    The kernels are split into `jobs(config)` translation units built at once (one g++ each; a
+    unit of one kernel is that kernel's source). When a unit of several kernels fails, its
+    kernels are built one by one, so the error names the kernel and shows its own source.
     Raises CppCompileError for the first kernel (in `sources` order) that fails to build.
     """
     ensure_private_dir(config.cache_dir)
     toolchain = _toolchain_digest(config)
-    result, misses = {}, {}
-    for name, source in sources.items():
+    units = [(unit_name(u), unit_source(u, sources), u) for u in plan_units(sources, jobs(config))]
+    result, misses = {}, []
+    for name, source, members in units:
         lib_path = cached_paths(source, config, toolchain, name)[1]
-        if os.path.exists(lib_path):
-            result[name] = lib_path
+        if os.path.exists(lib_path) and _loads(lib_path):
+            result.update(dict.fromkeys(members, lib_path))
         else:
-            misses[name] = source
+            misses.append((name, source, members))
     if misses:
-        log.info("compiling %d kernel(s) with %s (%d cached)", len(misses), config.cxx, len(result))
-        workers = max(1, min(len(misses), os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdbg-cxx") as pool:
-            futures = {name: pool.submit(_compile_one, name, src, config, toolchain) for name, src in misses.items()}
-        outcomes = {name: f.result() for name, f in futures.items()}
+        log.info("compiling %d kernel(s) in %d unit(s) with %s (%d cached)", sum(len(m) for *_, m in misses),
+                 len(misses), config.cxx, len(result))
+        outcomes = _compile_all([(name, src) for name, src, _ in misses], config, toolchain)
+        failed = [members for (name, _, members) in misses if outcomes[name][1] is not None]
+        alone = [(k, sources[k]) for members in failed if len(members) > 1 for k in members]
+        outcomes.update(_compile_all(alone, config, toolchain) if alone else {})
         for name in sources:
             if name in outcomes and outcomes[name][1] is not None:
                 raise outcomes[name][1]
-        result.update({name: path for name, (path, _) in outcomes.items()})
+        for name, _, members in misses:
+            for k in members:
+                result[k] = outcomes[name][0] if outcomes[name][1] is None else outcomes[k][0]
     return {name: result[name] for name in sources}
+
+
+def _loads(lib_path: str) -> bool:
+    """Whether a cached library opens; one that does not (truncated, corrupt) is removed."""
+    try:
+        load_library(lib_path)
+        return True
+    except OSError as e:
+        log.info("rebuilding %s: cached library does not load (%s)", lib_path, e)
+        with contextlib.suppress(OSError):
+            os.unlink(lib_path)
+        return False
+
+
+def _compile_all(units: list, config, toolchain: str) -> dict:
+    """{unit name: (lib path, error or None)}, the units compiled in parallel."""
+    workers = max(1, min(len(units), jobs(config)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdbg-cxx") as pool:
+        futures = {name: pool.submit(_compile_one, name, src, config, toolchain) for name, src in units}
+    return {name: f.result() for name, f in futures.items()}
 
 
 def load_library(lib_path: str) -> ctypes.CDLL:

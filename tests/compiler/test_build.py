@@ -24,16 +24,15 @@ def call(lib_path: str, symbol: str, x: int) -> int:
     return fn(x)
 
 
-@pytest.fixture
-def logging_cxx(tmp_path):
-    """A g++ wrapper that records each compile's start/end time and pauses 0.4 s before compiling."""
+def _wrapped_cxx(tmp_path, pause: float):
+    """A g++ wrapper that records each compile's start/end time and pauses `pause` s before compiling."""
     log = tmp_path / "cxx.log"
     script = tmp_path / "logging-g++"
     script.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         case "$*" in *--version*) exec g++ "$@";; esac
         echo "start $(date +%s.%N)" >> {log}
-        sleep 0.4
+        sleep {pause}
         g++ "$@"; rc=$?
         echo "end $(date +%s.%N)" >> {log}
         exit $rc
@@ -42,12 +41,23 @@ def logging_cxx(tmp_path):
     return str(script), log
 
 
+@pytest.fixture
+def logging_cxx(tmp_path):
+    """Pauses 0.4 s per compile, so that compiles that overlap in time show it."""
+    return _wrapped_cxx(tmp_path, 0.4)
+
+
+@pytest.fixture
+def counting_cxx(tmp_path):
+    return _wrapped_cxx(tmp_path, 0)
+
+
 def compiles(log) -> list:
     return log.read_text().split("\n")[:-1] if log.exists() else []
 
 
-def test_warm_hit_returns_same_path_without_running_the_compiler(tmp_path, logging_cxx):
-    cxx, log = logging_cxx
+def test_warm_hit_returns_same_path_without_running_the_compiler(tmp_path, counting_cxx):
+    cxx, log = counting_cxx
     cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
     first = build.build_kernels({"k": kernel_source("k")}, cfg)
     assert len(compiles(log)) == 2  # one start, one end
@@ -56,8 +66,8 @@ def test_warm_hit_returns_same_path_without_running_the_compiler(tmp_path, loggi
     assert call(first["k"], "k", 4) == 13
 
 
-def test_changed_flags_change_the_key_and_rebuild(tmp_path, logging_cxx):
-    cxx, log = logging_cxx
+def test_changed_flags_change_the_key_and_rebuild(tmp_path, counting_cxx):
+    cxx, log = counting_cxx
     cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
     o2 = cfg.replace(cxx_flags=tuple(f if f != "-O3" else "-O2" for f in cfg.cxx_flags))
     src = kernel_source("k")
@@ -180,3 +190,136 @@ def test_cache_removed_mid_process_is_rebuilt(tmp_path):
     first = build.build_kernels({"k": src}, cfg)["k"]
     shutil.rmtree(cfg.cache_dir)
     assert build.build_kernels({"k": src}, cfg)["k"] == first and os.path.exists(first)
+
+
+# ---- translation units of several kernels, lean linking, untrusted cache entries ----------
+
+def test_units_balance_source_size_and_keep_kernel_order():
+    sources = {"a": "x" * 50, "b": "x" * 10, "c": "x" * 40, "d": "x" * 20}
+    assert build.plan_units(sources, 2) == [["a", "b"], ["c", "d"]]   # 60 and 60 characters
+    assert build.plan_units(sources, 1) == [["a", "b", "c", "d"]]
+    assert build.plan_units(sources, 8) == [["a"], ["b"], ["c"], ["d"]]
+    assert build.plan_units({}, 2) == []
+
+
+def test_unit_source_hoists_includes_once_and_wraps_each_kernel():
+    sources = {"k1": '#include "tdbg_prelude.h"\nint k1_body;\n',
+               "k2": '#include "tdbg_prelude.h"\n#include <omp.h>\nint k2_body;\n'}
+    assert build.unit_source(["k1", "k2"], sources) == (
+        '#include "tdbg_prelude.h"\n#include <omp.h>\n'
+        'namespace tdbg_unit_0 {  // k1\nint k1_body;\n\n}\n'
+        'namespace tdbg_unit_1 {  // k2\nint k2_body;\n\n}\n')
+    assert build.unit_source(["k2"], sources) == sources["k2"]
+
+
+def _helper_kernel(name: str, factor: int) -> str:
+    # the same helper name in every kernel: units keep them apart
+    return (f'#include "tdbg_prelude.h"\nstatic long helper(long x) {{ return x * {factor}; }}\n'
+            f'extern "C" long {name}(long x) {{ return helper(x); }}\n')
+
+
+def test_one_job_builds_all_kernels_in_one_g_plus_plus_run(tmp_path, counting_cxx):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=1)
+    sources = {f"k{i}": _helper_kernel(f"k{i}", i + 2) for i in range(3)}
+    libs = build.build_kernels(sources, cfg)
+    assert len(compiles(log)) == 2 and len(set(libs.values())) == 1
+    assert os.path.basename(libs["k0"]).startswith("k0_and_2_more-")
+    assert [call(libs[k], k, 10) for k in sources] == [20, 30, 40]
+    unit = build.unit_source(["k0", "k1", "k2"], sources)
+    assert libs["k0"] == build.cached_paths(unit, cfg, name="k0_and_2_more")[1]
+    with open(libs["k0"][:-3] + ".cpp") as f:
+        assert f.read() == unit
+    assert build.build_kernels(sources, cfg) == libs and len(compiles(log)) == 2   # warm
+
+
+def test_two_jobs_make_two_units_built_at_once(tmp_path, logging_cxx):
+    cxx, log = logging_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2)
+    sources = {f"k{i}": _helper_kernel(f"k{i}", i + 2) for i in range(4)}
+    libs = build.build_kernels(sources, cfg)
+    kinds = [e.split()[0] for e in sorted(compiles(log), key=lambda e: float(e.split()[1]))]
+    assert kinds == ["start", "start", "end", "end"]
+    assert libs["k0"] == libs["k2"] != libs["k1"] == libs["k3"]    # equal sizes: alternate units
+    assert [call(libs[k], k, 1) for k in sources] == [2, 3, 4, 5]
+
+
+def test_failed_unit_is_rebuilt_kernel_by_kernel_to_name_the_culprit(tmp_path, counting_cxx):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=1)
+    bad = kernel_source("bad", "return x +* ;")
+    sources = {"good": kernel_source("good"), "bad": bad, "also_good": kernel_source("also_good", "return x;")}
+    with pytest.raises(CppCompileError) as info:
+        build.build_kernels(sources, cfg)
+    err = info.value
+    assert err.kernels == ("bad",) and err.command == build.build_command(bad, cfg, "bad")
+    with open(err.source_path) as f:
+        assert f.read() == bad
+    first = next(line for line in err.stderr.splitlines() if "error:" in line)
+    assert first.startswith(err.source_path + ":1:")
+    assert len(compiles(log)) == 2 * 4   # the unit, then each of its three kernels alone
+
+
+def test_unit_that_fails_only_together_falls_back_to_one_library_per_kernel(tmp_path, counting_cxx):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=1)
+    # each defines the same global (C linkage ignores the namespaces): fine alone, not together
+    sources = {k: f'extern "C" int shared_global = {i};\n' + kernel_source(k, f"return x + {i};")
+               for i, k in enumerate(("p", "q"))}
+    libs = build.build_kernels(sources, cfg)
+    assert libs["p"] != libs["q"] and (call(libs["p"], "p", 5), call(libs["q"], "q", 5)) == (5, 6)
+    assert libs["p"] == build.cached_paths(sources["p"], cfg, name="p")[1]
+    assert len(compiles(log)) == 2 * 3
+
+
+def _needed(lib_path: str) -> list:
+    out = subprocess.run(["readelf", "-d", lib_path], capture_output=True, text=True, check=True).stdout
+    return sorted(line.split("[")[1].split("]")[0] for line in out.splitlines() if "(NEEDED)" in line)
+
+
+def test_kernels_link_without_libstdcxx_unless_they_need_it(tmp_path):
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx_jobs=1)
+    plain = '#include "tdbg_prelude.h"\nextern "C" int fill(float* a) {\n#pragma omp parallel for\n' \
+            'for (int i = 0; i < 64; ++i) a[i] = i;\nreturn 0; }\n'
+    lib = build.build_kernels({"fill": plain}, cfg)["fill"]
+    assert _needed(lib) == ["libgomp.so.1"]   # as-needed: nothing else is used
+    assert "-nodefaultlibs" in build.build_command(plain, cfg, "fill")
+    needs = ('struct S { S(); long v; };\nS::S() : v(41) {}\n'
+             'extern "C" long guarded(long x) { static S s; long* p = new long(s.v + x); long r = *p; delete p; return r; }\n')
+    lib = build.build_kernels({"guarded": needs}, cfg)["guarded"]
+    assert "libstdc++.so.6" in _needed(lib) and call(lib, "guarded", 1) == 42
+
+
+def test_unresolved_symbol_is_a_compile_error_not_a_failed_load(tmp_path):
+    cfg = Config(cache_dir=str(tmp_path / "cache"))
+    src = 'extern "C" long missing_helper(long);\n' + kernel_source("k", "return missing_helper(x);")
+    with pytest.raises(CppCompileError) as info:
+        build.build_kernels({"k": src}, cfg)
+    assert "undefined reference to `missing_helper'" in info.value.stderr
+    assert info.value.kernels == ("k",) and "-nodefaultlibs" not in info.value.command   # the relink's command
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x7fELF truncated"])
+def test_cached_library_that_does_not_load_is_rebuilt(tmp_path, counting_cxx, damage):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    src = kernel_source("k")
+    lib = build.build_kernels({"k": src}, cfg)["k"]
+    os.unlink(lib)
+    with open(lib, "wb") as f:
+        f.write(damage)
+    build._libraries.pop(lib, None)    # as in a new process
+    assert build.build_kernels({"k": src}, cfg)["k"] == lib and len(compiles(log)) == 4
+    assert call(lib, "k", 2) == 7
+
+
+def test_cached_source_is_rewritten_before_a_rebuild(tmp_path):
+    cfg = Config(cache_dir=str(tmp_path / "cache"))
+    src = kernel_source("k")
+    source_path, lib_path = build.cached_paths(src, cfg, name="k")
+    os.makedirs(os.path.dirname(source_path))
+    with open(source_path, "w") as f:
+        f.write(kernel_source("k", "return 0;"))   # stale text under the right name
+    assert build.build_kernels({"k": src}, cfg)["k"] == lib_path and call(lib_path, "k", 2) == 7
+    with open(source_path) as f:
+        assert f.read() == src
