@@ -202,9 +202,13 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
     if trace:
         from .wrapper import write_graph_files
         write_graph_files(trace, aten_gm, example_inputs)
-    for stage, fn in STAGES:
-        with (trace.stage(stage) if trace else contextlib.nullcontext()):
-            fn(c)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    # AOTAutograd calls us inside its FakeTensorMode; under it every meta tensor lowering makes
+    # (view strides, dtype promotion) costs ~1 ms instead of ~50 us. Nothing here needs fakes.
+    with unset_fake_temporarily():
+        for stage, fn in STAGES:
+            with (trace.stage(stage) if trace else contextlib.nullcontext()):
+                fn(c)
     lowered = [r["fx_node"] for r in c.graph.lowered]
     fallback_targets = [r["target"] for r in c.graph.fallbacks]
     if config.report_path:

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import sympy
+import sympy.tensor.tensor  # noqa: F401  (see below)
 import torch
+
+# sympy's Add.flatten imports sympy.tensor.tensor (0.2-0.4 s: it builds combinatorics tables at
+# import) on the first sum of two symbolic terms, i.e. inside the first real graph's compile;
+# importing it with the IR makes it part of the compiler's one-off start-up instead.
 
 
 class FloorDiv(sympy.Function):
