@@ -118,27 +118,79 @@ REDUCTION_COMBINE = {
     "argmax": "if (tdbg_arg_better_max({v}, {acc})) {{ {acc} = {v}; {acc}_idx = {ridx}; }}",
     "argmin": "if (tdbg_arg_better_min({v}, {acc})) {{ {acc} = {v}; {acc}_idx = {ridx}; }}",
 }
+# Vectorized reduction over the innermost loop: (OpenMP reduction clause, combine). A float
+# max/min takes the plain max (a vector max instruction) and counts NaNs on the side; the
+# result becomes NaN after the loop when one was seen (torch.amax semantics).
+SIMD_REDUCTION = {
+    "sum": (" reduction(+:{acc})", REDUCTION_COMBINE["sum"]),
+    "prod": (" reduction(*:{acc})", REDUCTION_COMBINE["prod"]),
+    "max": (" reduction(max:{acc})", "{acc} = static_cast<{t}>({v}) > {acc} ? static_cast<{t}>({v}) : {acc};"),
+    "min": (" reduction(min:{acc})", "{acc} = static_cast<{t}>({v}) < {acc} ? static_cast<{t}>({v}) : {acc};"),
+    "any": (" reduction(||:{acc})", REDUCTION_COMBINE["any"]),
+    "all": (" reduction(&&:{acc})", REDUCTION_COMBINE["all"]),
+}
+NAN_COUNT = " reduction(|:{acc}_nan)", "{acc}_nan |= static_cast<int>({v} != {v});"
+# One accumulator per lane of a chunked outer reduction: no reduction clause, each lane is
+# independent; NaN-propagating max/min as a select (no branch).
+LANE_COMBINE = dict(REDUCTION_COMBINE, **{
+    "max": "{acc} = (static_cast<{t}>({v}) > {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
+    "min": "{acc} = (static_cast<{t}>({v}) < {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
+})
+# a vectorized float32 sum keeps float lanes when each lane adds at most this many elements
+FLOAT_ACC_PER_LANE = 128
+# chunked outer reductions: contiguous run per reduction step and the largest chunk (stack arrays)
+MIN_CHUNK, MAX_CHUNK = 512, 4096
 
 
-def accumulator_dtype(rtype, out_dtype, src_dtype):
+def accumulator_dtype(rtype, out_dtype, src_dtype, lanes_of=None):
+    """The accumulator's dtype; `lanes_of` is (simd lanes, reduction length) when the reduction
+    loop is vectorized: a float32 sum then accumulates in float if every lane stays short."""
     if rtype in ("argmax", "argmin"):
         return src_dtype
     if rtype in ("sum", "prod") and out_dtype.is_floating_point:
+        if lanes_of and rtype == "sum" and out_dtype == torch.float32 and lanes_of[1] <= FLOAT_ACC_PER_LANE * lanes_of[0]:
+            return torch.float32
         return torch.float64
     return out_dtype
 
 
+@dataclass
+class LoopFacts:
+    """What a loop body contains that decides whether it may be vectorized."""
+    reasons: list = field(default_factory=list)
+    itemsizes: set = field(default_factory=set)
+
+
 class CppKernel:
-    """Generates one kernel function for a KernelGroup."""
+    """Generates one kernel function for a KernelGroup.
+
+    Vectorization (`#pragma omp simd` on innermost loops, `config.vectorize` and `simdlen`):
+    `omp simd` asserts that the loop has no loop-carried dependence, so it is never put on a loop
+    that stores through a computed (indirect) index, scatters or accumulates into memory, writes
+    `tdbg_status` (bounds checks of indirect loads, injected runtime errors) or reads a buffer this
+    kernel writes at an index other than the one it stores (an output aliasing an input at a
+    different index). Fusion only admits reads at the stored index and every store is at the
+    buffer's own layout index, so the checks below hold by construction and are verified
+    per loop; each refusal is logged on the `schedule` channel ("loop not vectorized: ...").
+    Reductions vectorize with an OpenMP reduction clause (argmax/argmin stay scalar).
+
+    Outer reductions (the reduced dim is not the contiguous one, e.g. x.sum(0)) run chunked: the
+    last kept dim is cut into chunks, each chunk keeps one accumulator per element, the reduction
+    loops run outside and the contiguous chunk loop ("lane loop") inside.
+    """
 
     def __init__(self, name, group, buffers, config):
         self.name, self.group, self.buffers, self.config = name, group, buffers, config
         self.inputs, self.outputs = {}, {}
         self.block = Block()
         self.stored = {}
+        self.scratch = {}       # inner local node -> (store index, array element expression)
         self.status_nodes = []
         self.origin_stack = []
         self.counter = 0
+        self.facts = [LoopFacts()]
+        self.lane = None        # chunked outer reduction: Lane
+        self.group_reads = {name for n in group.nodes for name in n.read_names()}
 
     # -- statements -----------------------------------------------------------------------
     def emit(self, line):
@@ -159,16 +211,57 @@ class CppKernel:
         self.block.cache[key] = var
         return var
 
+    def fresh(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter - 1}"
+
     @contextlib.contextmanager
     def child_block(self):
         outer = self.block
         self.block = Block(outer)
+        self.block.last_origin = outer.last_origin
         try:
             yield self.block
         finally:
             self.block = outer
 
+    @contextlib.contextmanager
+    def loop_body(self):
+        """A child block whose LoopFacts are collected (and passed on to the enclosing loop)."""
+        facts = LoopFacts()
+        self.facts.append(facts)
+        try:
+            with self.child_block() as block:
+                yield block, facts
+        finally:
+            self.facts.pop()
+            self.facts[-1].reasons.extend(facts.reasons)
+            self.facts[-1].itemsizes.update(facts.itemsizes)
+
+    def unsafe(self, reason):
+        self.facts[-1].reasons.append(reason)
+
+    def touch(self, dtype):
+        self.facts[-1].itemsizes.add(dtype.itemsize)
+
+    def simd(self, what, facts, clause=""):
+        """The `#pragma omp simd` line for a loop over `what`, or "" (and the log says why)."""
+        reasons = list(dict.fromkeys(facts.reasons))
+        if not self.config.vectorize:
+            reasons = ["config.vectorize is off"]
+        elif self.config.simdlen <= 0:
+            reasons = ["config.simdlen is 0"]
+        if reasons:
+            log.info("%s: loop not vectorized: %s: %s", self.name, what, "; ".join(reasons))
+            return ""
+        return f"#pragma omp simd simdlen({self.simdlen(facts)}){clause}"
+
+    def simdlen(self, facts):
+        """config.simdlen counts float32 lanes: the same vector width in the loop's narrowest type."""
+        return max(1, self.config.simdlen * 4 // min(facts.itemsizes or {4}))
+
     def status(self, node, message) -> int:
+        self.unsafe("writes tdbg_status")
         self.status_nodes.append((node.name, message))
         return len(self.status_nodes)
 
@@ -182,58 +275,189 @@ class CppKernel:
 
     # -- nodes ----------------------------------------------------------------------------
     def pointwise(self, node, ops):
+        if self.lane is not None:
+            self.lane_pointwise(node, ops)
+            return
         if not node.inner:
             self.store(node, node.body(ops), ops)
             return
-        with self.child_block() as inner:
-            inner.last_origin = inner.parent.last_origin
-            self.store(node, node.body(ops), ops)
         rvars = [v for v in node.index if v.is_Symbol and v.name.startswith("r")]
-        loops = LoopNest([Loop(v.name, s) for v, s in zip(rvars, node.rranges)])
-        self.block.lines.extend(loops.render(inner.lines))
+        if node.local:
+            arr = self.fresh("scratch")
+            self.block.lines.append(f"{cpp_type(node.buffer.dtype)} {arr}[{math.prod(node.rranges)}];")
+            local = sum((st * v for v, st in zip(rvars, _contiguous(node.rranges))), sympy.Integer(0))
+            self.scratch[node.name] = (node.store_index, f"{arr}[{cexpr(local)}]")
+        with self.loop_body() as (inner, facts):
+            self.store(node, node.body(ops), ops)
+        loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
+        if loops:
+            loops[-1].pragma = self.simd(f"{node.name} {rvars[-1]}", facts)
+        self.block.lines.extend(LoopNest(loops).render(inner.lines))
 
     def store(self, node, value, ops):
         dtype = node.buffer.dtype
         value = ops.to_dtype(value, dtype)
+        self.touch(dtype)
+        if not (node.store_index.free_symbols <= self.loop_symbols(node)):
+            self.unsafe(f"{node.name} is stored through a computed index")
+        if node.name in self.scratch:
+            self.emit(f"{self.scratch[node.name][1]} = {value};")
+            return
         if not node.inner:
             # later nodes of this loop nest read the value, not memory (same index by construction)
-            self.stored[node.name] = (node.store_index, value)
+            self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
             self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {value};")
+
+    def group_store_index(self, name):
+        return next((n.store_index for n in self.group.nodes if n.name == name), None)
+
+    @staticmethod
+    def loop_symbols(node):
+        return {v for v in [*node.index, *node.rindex] if v.is_Symbol}
 
     def reduction(self, node, ops):
         data = node.buffer.data
         out_dtype, rtype = data.dtype, data.reduction_type
-        acc_dtype = accumulator_dtype(rtype, out_dtype, data.src_dtype)
-        t = cpp_type(acc_dtype)
-        acc = f"acc{self.counter}"
-        self.counter += 1
-        init = REDUCTION_INIT.get(rtype.replace("arg", ""))(t, acc_dtype)
-        self.emit(f"{t} {acc} = {init};")
-        if rtype.startswith("arg"):
-            self.emit(f"int64_t {acc}_idx = 0;")
-        strides, ridx = _contiguous(node.rranges), []
-        for var, st in zip([v for v in node.rindex if v.is_Symbol], strides):
-            ridx.append(f"{var}*{st}")
-        with self.child_block() as inner:
-            inner.last_origin = inner.parent.last_origin
+        rvars = [v for v in node.rindex if v.is_Symbol]
+        ridx = " + ".join(f"{v}*{st}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
+        if self.lane is not None:
+            self.lane_reduction(node, ops, rvars, ridx)
+            return
+        acc = self.fresh("acc")
+        with self.loop_body() as (inner, facts):
             value = node.body(ops)
-            self.block.lines.append(REDUCTION_COMMENT)
-            self.block.lines.append(REDUCTION_COMBINE[rtype].format(
-                acc=acc, t=t, v=value, ridx=" + ".join(ridx) or "0"))
-        loops = LoopNest([Loop(v.name, s) for v, s in zip([v for v in node.rindex if v.is_Symbol], node.rranges)])
-        self.block.lines.extend(loops.render(inner.lines))
+        if rtype not in SIMD_REDUCTION:
+            facts.reasons.append(f"{rtype} keeps the first index (scalar)")
+        if rtype in ("max", "min") and data.src_dtype == torch.bool:
+            facts.reasons.append("bool max/min")
+        pragma = self.simd(f"{node.name} {rvars[-1] if rvars else ''}".strip(), facts, "{clause}")
+        acc_dtype = accumulator_dtype(rtype, out_dtype, data.src_dtype,
+                                      (self.config.simdlen, math.prod(node.rranges)) if pragma else None)
+        t = cpp_type(acc_dtype)
+        self.block.lines.append(f"{t} {acc} = {REDUCTION_INIT[rtype.replace('arg', '')](t, acc_dtype)};")
+        if rtype.startswith("arg"):
+            self.block.lines.append(f"int64_t {acc}_idx = 0;")
+        combine, clause = REDUCTION_COMBINE[rtype], ""
+        if pragma:
+            clause, combine = SIMD_REDUCTION[rtype]
+            if rtype in ("max", "min") and acc_dtype.is_floating_point:
+                self.block.lines.append(f"int {acc}_nan = 0;")
+                clause, combine = clause + NAN_COUNT[0], combine + " " + NAN_COUNT[1]
+        inner.lines.append(REDUCTION_COMMENT)
+        inner.lines.append(combine.format(acc=acc, t=t, v=value, ridx=ridx))
+        loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
+        if loops:
+            loops[-1].pragma = pragma.format(clause=clause.format(acc=acc))
+        self.block.lines.extend(LoopNest(loops).render(inner.lines))
+        if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
+            self.block.lines.append(f"if ({acc}_nan) {acc} = std::numeric_limits<{t}>::quiet_NaN();")
         result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
         self.store(node, result, ops)
+
+    # -- chunked outer reductions -----------------------------------------------------------
+    def lane_loop(self, what, fill):
+        """Render `fill()`'s statements inside a (vectorized) loop over the current chunk."""
+        with self.loop_body() as (inner, facts):
+            fill()
+        lane = self.lane
+        loop = Loop(lane.var, lane.end, start=lane.base)
+        loop.pragma = self.simd(f"{what} {lane.var}", facts)
+        self.block.lines.extend(LoopNest([loop]).render(inner.lines))
+
+    def lane_value(self, node, value):
+        """Where later loops of this kernel find `node`'s value (a per-lane array when chunked)."""
+        arr = self.lane.arrays.get(node.name) if self.lane is not None else None
+        if arr is None:
+            return value
+        self.emit(f"{arr} = {value};")
+        return CppVar(arr, value.dtype)
+
+    def lane_pointwise(self, node, ops):
+        if node.name in self.group_reads:
+            name = self.fresh("lane")
+            self.block.lines.append(f"{cpp_type(node.buffer.dtype)} {name}[{self.lane.chunk}];")
+            self.lane.arrays[node.name] = f"{name}[{self.lane.offset}]"
+        self.lane_loop(node.name, lambda: self.store(node, node.body(ops), ops))
+
+    def lane_reduction(self, node, ops, rvars, ridx):
+        data = node.buffer.data
+        rtype = data.reduction_type
+        acc_dtype = accumulator_dtype(rtype, data.dtype, data.src_dtype)
+        t, lane = cpp_type(acc_dtype), self.lane
+        name = self.fresh("acc")
+        acc = f"{name}[{lane.offset}]"
+        self.block.lines.append(f"{t} {name}[{lane.chunk}];")
+        init = [f"{acc} = {REDUCTION_INIT[rtype.replace('arg', '')](t, acc_dtype)};"]
+        if rtype.startswith("arg"):
+            self.block.lines.append(f"int64_t {name}_idx[{lane.chunk}];")
+            init.append(f"{name}_idx[{lane.offset}] = 0;")
+        self.lane_loop(f"{node.name} init", lambda: self.block.lines.extend(init))
+        combine = LANE_COMBINE[rtype] if acc_dtype.is_floating_point else REDUCTION_COMBINE[rtype]
+        combine = combine.replace("{acc}_idx", f"{name}_idx[{lane.offset}]")
+
+        def accumulate():
+            value = node.body(ops)
+            self.block.lines.append(REDUCTION_COMMENT)
+            self.block.lines.append(combine.format(acc=acc, t=t, v=value, ridx=ridx))
+        with self.child_block() as outer:
+            self.lane_loop(node.name, accumulate)
+        self.block.lines.extend(LoopNest([Loop(v.name, s) for v, s in zip(rvars, node.rranges)]).render(outer.lines))
+        result = CppVar(f"{name}_idx[{lane.offset}]", torch.int64) if rtype.startswith("arg") else CppVar(acc, acc_dtype)
+        if node.local and result.dtype == data.dtype:
+            self.stored[node.name] = (node.store_index, result)
+            return
+        self.lane_pointwise_store(node, result, ops)
+
+    def lane_pointwise_store(self, node, result, ops):
+        if node.local:
+            cast = f"static_cast<{cpp_type(node.buffer.dtype)}>({result})"
+            self.stored[node.name] = (node.store_index, CppVar(cast, node.buffer.dtype))
+            return
+        self.lane.arrays.pop(node.name, None)
+        self.lane_loop(f"{node.name} store", lambda: self.store(node, result, ops))
+        if node.name in self.group_reads:
+            self.stored[node.name] = (node.store_index, CppVar(f"static_cast<{cpp_type(node.buffer.dtype)}>({result})", node.buffer.dtype))
+
+    def plan_lanes(self):
+        """A Lane when the group is an outer reduction over a contiguous last kept dim, else None."""
+        ranges, nodes = self.group.ranges, self.group.nodes
+        if not ranges or ranges[-1] < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
+            return None
+        x = sympy.Symbol(f"x{len(ranges) - 1}", integer=True, nonnegative=True)
+        outer = False
+        for n in (n for n in nodes if n.is_reduction):
+            rvars = [v for v in n.rindex if v.is_Symbol]
+            for idx in (i for idxs in n.reads.values() for i in idxs):
+                if not rvars or rvars[-1] not in idx.free_symbols:
+                    continue
+                if _coefficient(idx, rvars[-1]) == 1:
+                    return None
+                outer = outer or _coefficient(idx, x) == 1
+        if not outer:
+            return None
+        size, threads = ranges[-1], self.threads()
+        chunk = min(size, MAX_CHUNK)
+        if size > MIN_CHUNK and math.prod(ranges[:-1]) < threads:
+            chunk = min(MAX_CHUNK, max(MIN_CHUNK, (-(-size // threads) + 15) // 16 * 16), size)
+        log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", self.name, chunk, len(ranges) - 1)
+        return Lane(f"x{len(ranges) - 1}", size, chunk)
 
     # -- whole kernel ---------------------------------------------------------------------
     def generate(self) -> str:
         """The kernel's C++ function (without the prelude include)."""
         ops = CppOps(self)
-        for node in self.group.nodes:
-            (self.reduction if node.is_reduction else self.pointwise)(node, ops)
+        self.lane = self.plan_lanes()
+        with self.loop_body() as (body, facts):
+            for node in self.group.nodes:
+                (self.reduction if node.is_reduction else self.pointwise)(node, ops)
+        self.block.lines.extend(body.lines)
         xvars = [f"x{i}" for i in range(len(self.group.ranges))]
         loops = [Loop(v, s) for v, s in zip(xvars, self.group.ranges)]
+        if self.lane is not None:
+            loops[-1] = Loop(self.lane.base, self.lane.size, step=self.lane.chunk)
+        elif loops and not any(n.inner or n.is_reduction for n in self.group.nodes):
+            loops[-1].pragma = self.simd(f"{self.group.nodes[0].name} {loops[-1].var}", facts)
         self._parallelize(loops)
         body = LoopNest(loops).render(self.block.lines)
         params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
@@ -241,6 +465,9 @@ class CppKernel:
         lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
         lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
         return "\n".join(lines) + "\n"
+
+    def threads(self):
+        return self.config.num_threads or torch.get_num_threads()
 
     def _parallelize(self, loops):
         work = math.prod(self.group.ranges) * max([math.prod(n.rranges) for n in self.group.nodes] + [1])
@@ -251,18 +478,62 @@ class CppKernel:
             reason = "no outer loop (the result is a single element)"
         elif work < self.config.min_chunk_size:
             reason = f"work {work} < min_chunk_size {self.config.min_chunk_size}"
+        elif loops[0].trips < 2 and len(loops) == 1:
+            reason = "a single chunk"
         if reason:
             log.info("%s: loop not parallel: %s", self.name, reason)
             return
-        threads = self.config.num_threads or torch.get_num_threads()
+        threads = self.threads()
+        # a vectorized innermost loop stays out of the collapsed space (its own simd loop)
+        candidates = loops[:-1] if len(loops) > 1 and loops[-1].pragma else loops
         collapse, iters = 0, 1
-        for loop in loops:
+        for loop in candidates:
             collapse += 1
-            iters *= loop.size
+            iters *= loop.trips
             if iters >= threads * 4:
                 break
         clause = f" collapse({collapse})" if collapse > 1 else ""
+        if loops[0].pragma:   # a single vectorized loop: one combined construct
+            simd = loops[0].pragma.replace("#pragma omp simd", "")
+            loops[0].pragma = f"#pragma omp parallel for simd{simd} num_threads({threads})"
+            return
         loops[0].pragma = f"#pragma omp parallel for{clause} num_threads({threads})"
+
+
+@dataclass
+class Lane:
+    """A chunked outer reduction: the last kept dim `var` runs in chunks of `chunk` from `base`."""
+    var: str
+    size: int
+    chunk: int
+    arrays: dict = field(default_factory=dict)   # node name -> its per-lane array element
+
+    @property
+    def base(self):
+        return f"{self.var}c"
+
+    @property
+    def offset(self):
+        return f"({self.var} - {self.base})"
+
+    @property
+    def end(self):
+        if self.size % self.chunk == 0:
+            return f"{self.base} + {self.chunk}"
+        return f"std::min<int64_t>({self.base} + {self.chunk}, {self.size})"
+
+
+def _coefficient(expr, var):
+    """The integer stride of `var` in the linear index `expr`, or None if it is not linear."""
+    coef = 0
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if var not in term.free_symbols:
+            continue
+        c = term / var
+        if var in c.free_symbols or not c.is_Integer:
+            return None
+        coef += int(c)
+    return coef
 
 
 class CppOps:
@@ -284,7 +555,16 @@ class CppOps:
         hit = self.k.stored.get(name)
         if hit is not None and hit[0] == index:
             return hit[1]
-        return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", self.k.buffers[name].dtype)
+        dtype = self.k.buffers[name].dtype
+        self.k.touch(dtype)
+        scratch = self.k.scratch.get(name)
+        if scratch is not None:
+            if scratch[0] != index:
+                raise AssertionError(f"{name} is a kernel-local scratch array but is read at {index}")
+            return self.k.cse(scratch[1], dtype)
+        if name in self.k.outputs and self.k.group_store_index(name) != index:
+            self.k.unsafe(f"reads {name}, which this kernel writes, at another index")
+        return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", dtype)
 
     def constant(self, value, dtype):
         return CppVar(constant(value, dtype), dtype)
@@ -327,6 +607,7 @@ class CppOps:
             self.k.emit(f"tdbg_status = {self.k.status(node, f'injected runtime error in {name}')};")
             return value
         if kind == "crash":
+            self.k.unsafe("injected crash")
             self.k.emit("*reinterpret_cast<volatile int64_t*>(static_cast<uintptr_t>(64)) = 1;")
             return value
         row = TABLE.get(name)
@@ -353,8 +634,18 @@ REDUCTION_COMMENT = "// accumulate"
 @dataclass
 class Loop:
     var: str
-    size: int
+    size: object          # the bound: an int, or a C++ expression
     pragma: str = ""
+    start: str = "0"
+    step: int = 1
+
+    @property
+    def trips(self) -> int:
+        return -(-self.size // self.step) if isinstance(self.size, int) else 1
+
+    def head(self) -> str:
+        step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
+        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
 
 
 @dataclass
@@ -365,8 +656,7 @@ class LoopNest:
         lines = list(body)
         for loop in reversed(self.loops):
             head = [loop.pragma] if loop.pragma else []
-            lines = head + [f"for (int64_t {loop.var} = 0; {loop.var} < {loop.size}; ++{loop.var})", "{"] + \
-                ["    " + line for line in lines] + ["}"]
+            lines = head + [loop.head(), "{"] + ["    " + line for line in lines] + ["}"]
         return lines
 
 

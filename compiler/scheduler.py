@@ -12,12 +12,14 @@ Fusion rules (each accepted decision is a counted fusion, see lowering.take_fusi
   space (horizontal) when it does not read the group's buffers at all;
 - it may never move before a group producing (or mutating) anything it reads;
 - a group holds at most `config.max_fusion_size` nodes.
-Buffers produced and read only inside one group (and not graph outputs) become C++ locals.
+Buffers produced and read only inside one group (and not graph outputs) become C++ locals
+(an inner pointwise node: a scratch array holding one outer iteration, up to SCRATCH_BYTES).
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import sympy
@@ -233,7 +235,14 @@ def _collect(buffer, handler):
         data.inner_fn(handler, index)
 
 
+# an inner pointwise node read only inside its kernel becomes a per-row scratch array on the
+# stack of the thread running the outer loop; beyond this size it stays a heap buffer
+SCRATCH_BYTES = 1 << 16
+
+
 def _mark_locals(items, graph_outputs):
+    """A node is local (never allocated) when it is no graph output and only its own group reads
+    it: a C++ temporary, or for an inner pointwise a scratch array of one outer iteration."""
     outputs = {_buffer_of(o).name for o in graph_outputs if isinstance(o, ir.IRNode)}
     readers: dict = {}
     for pos, item in enumerate(items):
@@ -244,7 +253,12 @@ def _mark_locals(items, graph_outputs):
     for pos, item in enumerate(items):
         if isinstance(item, KernelGroup):
             for n in item.nodes:
-                n.local = not n.inner and n.name not in outputs and readers.get(n.name, set()) <= {pos}
+                only_here = n.name not in outputs and readers.get(n.name, set()) <= {pos}
+                n.local = only_here and (not n.inner or _scratch_bytes(n) <= SCRATCH_BYTES)
+
+
+def _scratch_bytes(node) -> int:
+    return math.prod(node.rranges) * node.buffer.dtype.itemsize
 
 
 @dataclass
