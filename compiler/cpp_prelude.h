@@ -98,6 +98,9 @@ TDBG_INLINE double sel(bool c, double a, double b) {
   uint64_t m = -static_cast<uint64_t>(c);
   return __builtin_bit_cast(double, (__builtin_bit_cast(uint64_t, a) & m) | (__builtin_bit_cast(uint64_t, b) & ~m));
 }
+// lo <= x <= hi, NaN -> hi. Blends, not ternaries: with a constant arm g++ specialises all the
+// code that follows for that arm (masked duplicates of the whole polynomial).
+TDBG_INLINE float clamp(float x, float lo, float hi) { return sel(lt(x, hi), sel(gt(x, lo), x, lo), hi); }
 // -0 (adding it is the identity, -0 included), or NaN when c: `y + nan_if(isnan(x))` propagates
 // NaN without a select that kills y.
 TDBG_INLINE float nan_if(bool c) { return c ? kNaN : -0.0f; }
@@ -113,9 +116,10 @@ template <class... C> TDBG_INLINE float horner(float x, float hi, float next, C.
   return horner(x, mla(hi, x, next), rest...);
 }
 
-// 2^n for n in [-252, 254] as the product of two normal powers of two (subnormal results round once).
+// y 2^n for n in [-252, 254] as the product of two normal powers of two (subnormal results
+// round once)
 TDBG_INLINE float scale(float y, int32_t n) {
-  int32_t n1 = n / 2;
+  int32_t n1 = n >> 1;  // arithmetic shift (g++ defines it for negative n)
   float s1 = from_bits(static_cast<uint32_t>(n1 + 127) << 23);
   float s2 = from_bits(static_cast<uint32_t>(n - n1 + 127) << 23);
   return y * s1 * s2;
@@ -124,14 +128,14 @@ TDBG_INLINE float scale(float y, int32_t n) {
 // x = k ln2 + r with |r| <= ln2/2 (Cody-Waite); x must be finite with |x| < 2^22.
 struct Reduced { float k; float r; };
 TDBG_INLINE Reduced reduce_ln2(float x) {
-  float k = (x * kLog2e + kRound) - kRound;
-  float r = x - k * kLn2Hi;
-  return {k, r - k * kLn2Lo};
+  float k = mla(x, kLog2e, kRound) - kRound;
+  return {k, mla(-k, kLn2Lo, mla(-k, kLn2Hi, x))};
 }
 
-// e^r - 1 - r over |r| <= ln2/2 as r^2 (1/2 + r P(r)); relative error of e^r below 3.1e-9.
-TDBG_INLINE float exp_tail(float r) {
-  return r * r * horner(r, 1.38146128e-03f, 8.36871006e-03f, 4.16683890e-02f, 1.66665211e-01f, 4.99999940e-01f);
+// e^r over |r| <= ln2/2 as 1 + r (1 + r P(r)); P's relative error below 3.1e-9.
+TDBG_INLINE float exp_small(float r) {
+  float p = horner(r, 1.38146128e-03f, 8.36871006e-03f, 4.16683890e-02f, 1.66665211e-01f, 4.99999940e-01f);
+  return mla(r, mla(r, p, 1.0f), 1.0f);
 }
 
 // expm1(r) over |r| <= ln2/2 as r + r^2/2 + r^3 P(r); relative error below 4e-10.
@@ -175,24 +179,24 @@ TDBG_INLINE float tdbg_expf(float x) {
   using namespace tdbg_detail;
   // clamped so the integer conversion is defined; e^89 overflows and e^-104 underflows to 0 on
   // their own. NaN maps to 89 and is restored by the final add.
-  float xc = lt(x, 89.0f) ? (gt(x, -104.0f) ? x : -104.0f) : 89.0f;
+  float xc = clamp(x, -104.0f, 89.0f);
   Reduced t = reduce_ln2(xc);
-  float y = scale(1.0f + (t.r + exp_tail(t.r)), static_cast<int32_t>(t.k));
+  float y = scale(exp_small(t.r), static_cast<int32_t>(t.k));
   return y + nan_if(isnan(x));
 }
 
 TDBG_INLINE float tdbg_exp2f(float x) {
   using namespace tdbg_detail;
-  float xc = lt(x, 129.0f) ? (gt(x, -151.0f) ? x : -151.0f) : 129.0f;
+  float xc = clamp(x, -151.0f, 129.0f);
   float k = (xc + kRound) - kRound;
   float r = (xc - k) * 0.693147180559945309f;
-  float y = scale(1.0f + (r + exp_tail(r)), static_cast<int32_t>(k));
+  float y = scale(exp_small(r), static_cast<int32_t>(k));
   return y + nan_if(isnan(x));
 }
 
 TDBG_INLINE float tdbg_expm1f(float x) {
   using namespace tdbg_detail;
-  float xc = lt(x, 89.0f) ? (gt(x, -30.0f) ? x : -30.0f) : 89.0f;        // expm1(-30) rounds to -1
+  float xc = clamp(x, -30.0f, 89.0f);        // expm1(-30) rounds to -1
   Reduced t = reduce_ln2(xc);
   float q = expm1_small(t.r);
   int32_t n = static_cast<int32_t>(t.k);
@@ -242,7 +246,7 @@ TDBG_INLINE float tdbg_erff(float x) {
                    1.28379151e-01f);
   float small = mla(a, p, a);
   // 0.9 <= |x|: erf = 1 - e^{-x^2} H(x); from 4 on (erfc(4) = 1.5e-8) it rounds to 1
-  float ab = lt(a, 4.0f) ? (gt(a, 0.9f) ? a : 0.9f) : 4.0f;
+  float ab = clamp(a, 0.9f, 4.0f);
   float big = 1.0f - tdbg_expf(-(ab * ab)) * erfc_scaled(ab);
   return copysign(sel(lt(a, 0.9f), small, big), x) + nan_if(isnan(x));
 }
@@ -255,7 +259,7 @@ TDBG_INLINE float tdbg_tanhf(float x) {
   float p = horner(z, -5.70498686e-03f, 2.06390861e-02f, -5.37397154e-02f, 1.33314416e-01f, -3.33332807e-01f);
   float small = mla(a * z, p, a);
   // otherwise 1 - 2 / (e^{2|x|} + 1); tanh rounds to 1 beyond 10
-  float ab = lt(a, 10.0f) ? a : 10.0f;
+  float ab = sel(lt(a, 10.0f), a, 10.0f);
   float big = 1.0f - 2.0f / (tdbg_expf(2.0f * ab) + 1.0f);
   return copysign(sel(lt(a, 0.625f), small, big), x) + nan_if(isnan(x));
 }
