@@ -40,6 +40,7 @@ from .trace import get_logger
 PRELUDE_NAME = "tdbg_prelude.h"      # what generated sources #include
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _PRELUDE_SOURCE = "cpp_prelude.h"    # package data file that PRELUDE_NAME resolves to
+PCH_NAME = PRELUDE_NAME + ".gch"     # g++ looks for it in each include directory before the header
 
 log = get_logger("compiler")
 _lock = threading.Lock()
@@ -47,6 +48,8 @@ _versions: dict = {}                 # cxx -> `cxx --version` output
 _headers: dict = {}                  # (name, mtime_ns, size) per header -> (digest, {name: bytes})
 _include_dirs: dict = {}             # (cache_dir, digest) -> materialised include dir
 _libraries: dict = {}                # library path -> ctypes.CDLL
+_pch_lock = threading.Lock()
+_pch_ok: dict = {}                   # .gch path -> usable, decided once per process
 
 
 def ensure_private_dir(path: str) -> str:
@@ -132,18 +135,89 @@ def cached_paths(source: str, config, toolchain: Optional[str] = None, name: str
     return stem + ".cpp", stem + ".so"
 
 
-def compile_command(config, source_path: str, lib_path: str, lean: bool = True) -> list:
+def compile_command(config, source_path: str, lib_path: str, lean: bool = True, pch: Optional[str] = None) -> list:
     """The g++ command line that builds `source_path` into `lib_path` (`lean`: with
-    `config.link_libs` after the source, else with g++'s default libraries)."""
+    `config.link_libs` after the source, else with g++'s default libraries; `pch`: a directory
+    holding the precompiled prelude, searched before the headers)."""
     # only the hashed copy of the headers is on the include path: what the key covers is what g++ reads
     libs = list(config.link_libs) if lean else []
-    return [config.cxx, *config.cxx_flags, f"-I{include_dir(config.cache_dir)}", source_path, "-o", lib_path, *libs]
+    first = [f"-I{pch}"] if pch else []
+    return [config.cxx, *config.cxx_flags, *first, f"-I{include_dir(config.cache_dir)}", source_path,
+            "-o", lib_path, *libs]
 
 
 def build_command(source: str, config, name: str = "kernel") -> list:
-    """The command `build_kernels` runs (or ran) for kernel `name`, for evidence and repro scripts."""
+    """The command `build_kernels` runs (or ran) for kernel `name`, for evidence and repro scripts
+    (without the precompiled prelude, which changes nothing but g++'s time)."""
     return compile_command(config, *cached_paths(source, config, name=name))
 
+
+# ---- the precompiled prelude -----------------------------------------------------------------
+
+def pch_command(config, out_path: str) -> list:
+    """The g++ command that precompiles the prelude: the units' flags minus the link-only ones
+    (g++ uses a precompiled header only if it was built with the flags of the unit)."""
+    flags = [f for f in config.cxx_flags if f != "-shared" and not f.startswith("-Wl,")]
+    includes = include_dir(config.cache_dir)
+    return [config.cxx, *flags, f"-I{includes}", "-x", "c++-header", os.path.join(includes, PRELUDE_NAME),
+            "-o", out_path]
+
+
+def pch_dir(config, toolchain: str) -> Optional[str]:
+    """`<cache>/pch/<toolchain>/` holding `tdbg_prelude.h.gch` and its sha256 (`.sha256`),
+    checked once per process against that digest and rebuilt when it differs or is missing;
+    None when `config.cxx_pch` is off or the prelude does not precompile."""
+    if not config.cxx_pch:
+        return None
+    path = os.path.join(config.cache_dir, "pch", toolchain[:20])
+    gch = os.path.join(path, PCH_NAME)
+    with _pch_lock:
+        if gch not in _pch_ok:
+            _pch_ok[gch] = _pch_verified(gch) or _build_pch(config, path, gch)
+        return path if _pch_ok[gch] else None
+
+
+def _digest_file(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _pch_verified(gch: str) -> bool:
+    try:
+        with open(gch + ".sha256") as f:
+            return f.read().strip() == _digest_file(gch)
+    except OSError:
+        return False
+
+
+def _build_pch(config, path: str, gch: str) -> bool:
+    ensure_private_dir(os.path.join(ensure_private_dir(config.cache_dir), "pch"))
+    ensure_private_dir(path)
+    tmp = f"{gch}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    start = time.perf_counter()
+    proc = _run(pch_command(config, tmp), config.cxx)
+    if proc.returncode != 0:
+        log.info("building without a precompiled prelude: %s", (proc.stderr or "").strip()[:500])
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    digest = _digest_file(tmp)
+    os.replace(tmp, gch)
+    _atomic_write(gch + ".sha256", digest.encode())
+    log.debug("precompiled the prelude in %.2fs: %s", time.perf_counter() - start, gch)
+    return True
+
+
+def _drop_pch(pch: str) -> None:
+    """A precompiled prelude g++ could not read: not used again, rebuilt by the next process."""
+    gch = os.path.join(pch, PCH_NAME)
+    with _pch_lock:
+        _pch_ok[gch] = False
+    with contextlib.suppress(OSError):
+        os.unlink(gch + ".sha256")
+
+
+# ---- compiling ---------------------------------------------------------------------------------
 
 def _run(cmd: list, cxx: str) -> subprocess.CompletedProcess:
     try:
@@ -152,7 +226,7 @@ def _run(cmd: list, cxx: str) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cxx!r}: {e}")
 
 
-def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
+def _compile_one(name: str, source: str, config, toolchain: str, pch: Optional[str] = None) -> tuple:
     """Build one translation unit into the cache; (lib path, error or None)."""
     source_path, lib_path = cached_paths(source, config, toolchain, name)
     ensure_private_dir(os.path.dirname(lib_path))
@@ -160,11 +234,15 @@ def _compile_one(name: str, source: str, config, toolchain: str) -> tuple:
     tmp_lib = f"{lib_path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     start = time.perf_counter()
     lean = True
-    proc = _run(compile_command(config, source_path, tmp_lib), config.cxx)
+    proc = _run(compile_command(config, source_path, tmp_lib, lean, pch), config.cxx)
+    if proc.returncode != 0 and pch and "precompiled header" in proc.stderr:
+        _drop_pch(pch)
+        pch = None
+        proc = _run(compile_command(config, source_path, tmp_lib, lean, pch), config.cxx)
     if proc.returncode != 0 and config.link_libs and "undefined reference to" in proc.stderr:
         # the code needs more than the lean libraries (libstdc++: operator new, static guards, ...)
         lean = False
-        proc = _run(compile_command(config, source_path, tmp_lib, lean=False), config.cxx)
+        proc = _run(compile_command(config, source_path, tmp_lib, lean, pch), config.cxx)
     if proc.returncode != 0:
         if os.path.exists(tmp_lib):
             os.unlink(tmp_lib)
@@ -240,10 +318,13 @@ def build_kernels(sources: dict, config) -> dict:
     if misses:
         log.info("compiling %d kernel(s) in %d unit(s) with %s (%d cached)", sum(len(m) for *_, m in misses),
                  len(misses), config.cxx, len(result))
-        outcomes = _compile_all([(name, src) for name, src, _ in misses], config, toolchain)
+        # g++ uses a precompiled header only when it is the unit's first include
+        uses_prelude = any(src.startswith(f'#include "{PRELUDE_NAME}"') for _, src, _ in misses)
+        pch = pch_dir(config, toolchain) if uses_prelude else None
+        outcomes = _compile_all([(name, src) for name, src, _ in misses], config, toolchain, pch)
         failed = [members for (name, _, members) in misses if outcomes[name][1] is not None]
         alone = [(k, sources[k]) for members in failed if len(members) > 1 for k in members]
-        outcomes.update(_compile_all(alone, config, toolchain) if alone else {})
+        outcomes.update(_compile_all(alone, config, toolchain, pch) if alone else {})
         for name in sources:
             if name in outcomes and outcomes[name][1] is not None:
                 raise outcomes[name][1]
@@ -265,11 +346,11 @@ def _loads(lib_path: str) -> bool:
         return False
 
 
-def _compile_all(units: list, config, toolchain: str) -> dict:
+def _compile_all(units: list, config, toolchain: str, pch: Optional[str]) -> dict:
     """{unit name: (lib path, error or None)}, the units compiled in parallel."""
     workers = max(1, min(len(units), jobs(config)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdbg-cxx") as pool:
-        futures = {name: pool.submit(_compile_one, name, src, config, toolchain) for name, src in units}
+        futures = {name: pool.submit(_compile_one, name, src, config, toolchain, pch) for name, src in units}
     return {name: f.result() for name, f in futures.items()}
 
 

@@ -55,6 +55,7 @@ class Config:
     # per g++); code that does need it (undefined references) is relinked with g++'s defaults.
     link_libs: tuple = ("-nodefaultlibs", "-lgomp", "-lm", "-lc", "-lgcc")
     cxx_jobs: int = 0                  # g++ at once = translation units per build; 0 = usable CPUs
+    cxx_pch: bool = True               # precompile the prelude once per cache dir and toolchain
     cache_dir: str = field(default_factory=default_cache_dir)
     # debugging
     debug: bool = False                # write the debug directory for every compiled graph
@@ -172,6 +173,7 @@ _ENV = {
     "TDBG_CACHE_DIR": ("cache_dir", str),
     "TDBG_CXX": ("cxx", str),
     "TDBG_CXX_JOBS": ("cxx_jobs", int),
+    "TDBG_CXX_PCH": ("cxx_pch", _flag),
     "TDBG_NUM_THREADS": ("num_threads", int),
     "TDBG_MAX_FUSION_SIZE": ("max_fusion_size", int),
     "TDBG_SIMDLEN": ("simdlen", int),

@@ -1,5 +1,6 @@
 """compiler/build.py: the on-disk kernel cache, parallel g++, atomic writes, compile errors."""
 import ctypes
+import hashlib
 import os
 import stat
 import subprocess
@@ -220,7 +221,7 @@ def _helper_kernel(name: str, factor: int) -> str:
 
 def test_one_job_builds_all_kernels_in_one_g_plus_plus_run(tmp_path, counting_cxx):
     cxx, log = counting_cxx
-    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=1)
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=1, cxx_pch=False)
     sources = {f"k{i}": _helper_kernel(f"k{i}", i + 2) for i in range(3)}
     libs = build.build_kernels(sources, cfg)
     assert len(compiles(log)) == 2 and len(set(libs.values())) == 1
@@ -235,7 +236,7 @@ def test_one_job_builds_all_kernels_in_one_g_plus_plus_run(tmp_path, counting_cx
 
 def test_two_jobs_make_two_units_built_at_once(tmp_path, logging_cxx):
     cxx, log = logging_cxx
-    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2)
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2, cxx_pch=False)
     sources = {f"k{i}": _helper_kernel(f"k{i}", i + 2) for i in range(4)}
     libs = build.build_kernels(sources, cfg)
     kinds = [e.split()[0] for e in sorted(compiles(log), key=lambda e: float(e.split()[1]))]
@@ -323,3 +324,86 @@ def test_cached_source_is_rewritten_before_a_rebuild(tmp_path):
     assert build.build_kernels({"k": src}, cfg)["k"] == lib_path and call(lib_path, "k", 2) == 7
     with open(source_path) as f:
         assert f.read() == src
+
+
+# ---- the precompiled prelude ---------------------------------------------------------------
+
+def _prelude_kernel(name: str, body: str = "return x * 3 + 1;") -> str:
+    return f'#include "{build.PRELUDE_NAME}"\n' + kernel_source(name, body)
+
+
+def _gch(cfg) -> str:
+    return os.path.join(cfg.cache_dir, "pch", build._toolchain_digest(cfg)[:20], build.PCH_NAME)
+
+
+@pytest.fixture
+def fresh_process():
+    """What a new process would see: no verified pch, no opened libraries."""
+    build._pch_ok.clear()
+    yield
+    build._pch_ok.clear()
+
+
+def test_prelude_is_precompiled_once_and_used_by_g_plus_plus(tmp_path, counting_cxx, fresh_process):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    a = build.build_kernels({"a": _prelude_kernel("a")}, cfg)["a"]
+    b = build.build_kernels({"b": _prelude_kernel("b", "return -x;")}, cfg)["b"]
+    assert len(compiles(log)) == 2 * 3   # the pch, then a, then b
+    gch = _gch(cfg)
+    with open(gch, "rb") as f, open(gch + ".sha256") as d:
+        assert hashlib.sha256(f.read()).hexdigest() == d.read()
+    assert (call(a, "a", 2), call(b, "b", 2)) == (7, -2)
+    src = build.cached_paths(_prelude_kernel("a"), cfg, name="a")[0]
+    cmd = build.compile_command(cfg.replace(cxx="g++"), src, str(tmp_path / "x.so"), pch=os.path.dirname(gch))
+    shown = subprocess.run(cmd + ["-H"], capture_output=True, text=True, check=True).stderr.splitlines()
+    assert shown[0] == f"! {gch}"   # g++ -H: "!" marks a precompiled header it used
+
+
+def test_sources_without_the_prelude_first_build_no_pch(tmp_path, counting_cxx, fresh_process):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    build.build_kernels({"k": kernel_source("k")}, cfg)
+    assert len(compiles(log)) == 2 and not os.path.exists(os.path.join(cfg.cache_dir, "pch"))
+    off = cfg.replace(cxx_pch=False)
+    build.build_kernels({"k": _prelude_kernel("k")}, off)
+    assert len(compiles(log)) == 4 and not os.path.exists(os.path.join(cfg.cache_dir, "pch"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "stale digest"])
+def test_corrupt_pch_is_rebuilt_not_trusted(tmp_path, counting_cxx, fresh_process, damage):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    build.build_kernels({"a": _prelude_kernel("a")}, cfg)
+    gch = _gch(cfg)
+    if damage == "truncate":
+        with open(gch, "r+b") as f:
+            f.truncate(4096)
+    else:
+        with open(gch + ".sha256", "w") as f:
+            f.write("0" * 64)
+    build._pch_ok.clear()
+    lib = build.build_kernels({"b": _prelude_kernel("b", "return x - 1;")}, cfg)["b"]
+    assert len(compiles(log)) == 2 * 4   # pch, a, pch again, b
+    assert build._pch_verified(gch) and call(lib, "b", 5) == 4
+
+
+def test_pch_damaged_after_its_check_is_dropped_and_the_unit_retried(tmp_path, counting_cxx, fresh_process):
+    cxx, log = counting_cxx
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    build.build_kernels({"a": _prelude_kernel("a")}, cfg)
+    with open(_gch(cfg), "r+b") as f:
+        f.truncate(4096)   # g++: "error: while reading precompiled header"
+    lib = build.build_kernels({"b": _prelude_kernel("b", "return x - 1;")}, cfg)["b"]
+    assert call(lib, "b", 5) == 4 and len(compiles(log)) == 2 * 4   # pch, a, b with the pch, b without
+    assert build._pch_ok[_gch(cfg)] is False and not os.path.exists(_gch(cfg) + ".sha256")
+
+
+def test_prelude_that_does_not_precompile_still_builds(tmp_path, fresh_process):
+    script = tmp_path / "no-pch-g++"
+    script.write_text('#!/bin/sh\ncase "$*" in *c++-header*) echo "no headers here" >&2; exit 1;; esac\nexec g++ "$@"\n')
+    script.chmod(0o755)
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=str(script))
+    lib = build.build_kernels({"k": _prelude_kernel("k")}, cfg)["k"]
+    assert call(lib, "k", 1) == 4 and build._pch_ok[_gch(cfg)] is False
+    assert not os.path.exists(_gch(cfg))
