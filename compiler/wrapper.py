@@ -6,6 +6,10 @@ the kernels through tdbg.compiler.build), `make_call(kernels, constants)` return
 data_ptr()s, runs extern aten calls in between, returns the outputs) and a `__main__` that runs
 the graph on random inputs of the compiled shapes and prints its time.
 
+Outputs of at least POOL_MIN_BYTES come from the graph's `OutputPool` instead: the storage of an
+output returned by an earlier call is written again once nothing but the pool can reach it, which
+saves the page faults of fresh memory (see OutputPool).
+
 Kernel status codes: a non-zero return is 1 + the index into STATUS[kernel] naming the FX node
 and the reason; `kernel_failed` turns it into KernelRuntimeError.
 """
@@ -14,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import math
 import time
+from sys import getrefcount
+from weakref import getweakrefcount
 
 import torch
 
@@ -47,6 +53,59 @@ def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+POOL_MIN_BYTES = 1 << 20   # smaller outputs: the allocator's heap reuse already avoids page faults
+POOL_DEPTH = 2             # storages kept per output: `x = f(x)` loops alternate between two
+_storage_use_count = torch._C._storage_Use_Count
+_below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
+
+
+class OutputPool:
+    """Recycled storages for the large outputs of one compiled graph.
+
+    `empty_strided(size, stride, dtype=, slot=)` returns a tensor like torch.empty_strided's. It
+    writes over the storage of an output an earlier call returned from the same slot when that
+    storage is unobservable: nothing references its StorageImpl but the pool (no tensor, view,
+    `.data`/detach alias, autograd saved tensor, DLPack capsule or numpy array, which all hold
+    the StorageImpl or the tensor), no Python reference to the pool's storage object exists
+    besides the pool's (`t.untyped_storage()` hands out that same object), no weak reference
+    to it exists, and its data pointer is the one it was allocated with (not moved to shared
+    memory, not resized). Otherwise it allocates a fresh storage and keeps it, dropping the
+    oldest of POOL_DEPTH. The returned tensor is always a new, non-view tensor object."""
+
+    def __init__(self, slots: int):
+        self._slots = [[] for _ in range(slots)]   # per slot: (storage, data_ptr), oldest first
+        self._empty = {}                           # dtype -> bound `new` of an empty tensor
+
+    def empty_strided(self, size, stride, dtype, slot):
+        entries = self._slots[slot]
+        for storage, ptr in entries:
+            # 3 references while unobservable: the entry tuple, the loop variable, the argument
+            if (getrefcount(storage) == 3 and _storage_use_count(storage._cdata) == 1
+                    and not getweakrefcount(storage) and storage.data_ptr() == ptr):
+                with _below_autograd():   # set_ below ADInplaceOrView: version 0, like a fresh tensor
+                    return self._new(dtype)().set_(storage, 0, size, stride)
+        out = torch.empty_strided(size, stride, dtype=dtype)
+        storage = out.untyped_storage()
+        if len(entries) >= POOL_DEPTH:
+            del entries[0]
+        entries.append((storage, storage.data_ptr()))
+        return out
+
+    def _new(self, dtype):
+        new = self._empty.get(dtype)
+        if new is None:
+            new = self._empty[dtype] = torch.empty(0, dtype=dtype).new
+        return new
+
+    def clear(self) -> None:
+        """Forget every kept storage (memory returns to the allocator once unreferenced)."""
+        for entries in self._slots:
+            entries.clear()
+
+    def __len__(self):
+        return sum(len(entries) for entries in self._slots)
 
 
 def as_strided(t: torch.Tensor, size, stride, offset) -> torch.Tensor:
@@ -123,8 +182,9 @@ class WrapperCodegen:
         head = [f"# tdbg output code for graph {self.name}",
                 "# Run `python output_code.py` to time this graph on random inputs.",
                 "import torch", "from torch import empty_strided",
-                "from tdbg.compiler.wrapper import (as_strided as _as_strided, kernel_failed as _kernel_failed,",
-                "                                   load_kernels, main as _main, restride as _restride)",
+                "from tdbg.compiler.wrapper import (OutputPool as _OutputPool, as_strided as _as_strided,",
+                "                                   kernel_failed as _kernel_failed, load_kernels, main as _main,",
+                "                                   restride as _restride)",
                 "aten = torch.ops.aten", "prims = torch.ops.prims", "",
                 f"GRAPH = {self.name!r}", "KERNELS = {"]
         for k in self.kernels:
@@ -141,6 +201,9 @@ class WrapperCodegen:
                 self.line(f"{b.name} = constants[{b.name!r}]", 1)
         if self.config.enable_kernel_profile:
             self.line("_record = torch.profiler.record_function", 1)
+        self.pool_slots = pooled_outputs(self.plan, self.graph_outputs, self.buffers)
+        if self.pool_slots:
+            self.line(f"_pool = _OutputPool({len(self.pool_slots)})", 1)
         self.line("", 0)
         self.line("def call(args):", 1)
         params = self.placeholders
@@ -149,7 +212,7 @@ class WrapperCodegen:
         self.line("args.clear()")
         for b in self.graph_inputs:
             if not hasattr(b, "constant"):
-                self.line(f"{b.name} = _restride({b.name}, {tuple(b.layout.stride)})")
+                self._restride_input(b)
         by_name = {k.group_index: k for k in self.kernels}
         for pos, item in enumerate(self.items):
             for name, reuse in self.plan.allocs[pos]:
@@ -163,6 +226,8 @@ class WrapperCodegen:
                 self.line(f"del {', '.join(dels)}")
         outs = ", ".join(pyexpr(o) if isinstance(o, IRNode) else pyexpr(o) for o in self.graph_outputs)
         self.line(f"return ({outs}{',' if len(self.graph_outputs) == 1 else ''})")
+        if self.pool_slots:
+            self.line("call.pool = _pool", 1)
         self.line("return call", 1)
         tail = ["", "", 'if __name__ == "__main__":',
                 "    _consts = {" + ", ".join(f"{b.name!r}: torch.randn({tuple(b.size)}).to({b.dtype})"
@@ -176,12 +241,22 @@ class WrapperCodegen:
             return repr(self.scalars[name])
         return f"({tuple(buf.size)}, {tuple(buf.layout.stride)}, {buf.dtype})"
 
+    def _restride_input(self, b):
+        stride = tuple(b.layout.stride)
+        if 0 in b.layout.size:   # an effect token's placeholder may be no tensor at run time
+            self.line(f"{b.name} = _restride({b.name}, {stride})")
+        else:   # the exact-stride test keeps the usual case to one comparison
+            self.line(f"if {b.name}.stride() != {stride}: {b.name} = _restride({b.name}, {stride})")
+
     def _alloc(self, name, reuse):
         buf = self.buffers[name]
+        lay = buf.layout
         if reuse is not None:
             self.line(f"{name} = {reuse}; del {reuse}  # reuse")
+        elif name in self.pool_slots:
+            self.line(f"{name} = _pool.empty_strided({tuple(lay.size)}, {tuple(lay.stride)}, dtype={lay.dtype}, "
+                      f"slot={self.pool_slots[name]})")
         else:
-            lay = buf.layout
             self.line(f"{name} = empty_strided({tuple(lay.size)}, {tuple(lay.stride)}, dtype={lay.dtype})")
 
     def _kernel_call(self, k):
@@ -201,6 +276,25 @@ class WrapperCodegen:
         self.line(f"{kernel.name} = {_target_expr(kernel.target)}({', '.join(args)})  # FX: {kernel.node.name}")
         for out in kernel.outputs:
             self.line(f"{out.name} = _restride({out.expr}, {tuple(out.layout.stride)})")
+
+
+def pooled_outputs(plan, graph_outputs, buffers) -> dict:
+    """{allocated buffer name: OutputPool slot} for fresh allocations of at least POOL_MIN_BYTES
+    whose storage a graph output returns (directly, as a view, or through memory-plan reuse)."""
+    root = {}
+    for allocs in plan.allocs:
+        for name, reuse in allocs:
+            root[name] = root.get(reuse, reuse) if reuse is not None else name
+    slots = {}
+    for out in graph_outputs:
+        where = out.storage() if isinstance(out, IRNode) else None
+        name = root.get(where[0].name) if where else None
+        if name is None or name in slots:
+            continue
+        lay = buffers[name].layout
+        if lay.storage_numel() * lay.dtype.itemsize >= POOL_MIN_BYTES:
+            slots[name] = len(slots)
+    return slots
 
 
 def _target_expr(target) -> str:
