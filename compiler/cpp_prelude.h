@@ -11,12 +11,11 @@
 // "Vectorized float math". double and integer operands call libm (exact as in eager).
 #pragma once
 // Generated code spells no std:: name: tdbg_limits<T>::infinity() / lowest() / max() /
-// quiet_NaN(), tdbg_min / tdbg_max, tdbg_exp, ... The two std headers below are transitional:
-// each stays only while compiler/codegen_cpp.py still emits the std:: name next to it (the
-// test in tests/compiler/test_vecmath.py ties them together).
-#include <limits>               // std::numeric_limits (+0.05-0.1 s per kernel)
-#include <bits/stl_algobase.h>  // std::min (libstdc++'s light home of it; <algorithm> is 0.3 s)
-#include <omp.h>                // tiny C header: omp_* calls stay available to generated code
+// quiet_NaN(), tdbg_min / tdbg_max, tdbg_exp, ... <limits> below is transitional: it stays only
+// while compiler/codegen_cpp.py still emits std::numeric_limits (the test in
+// tests/compiler/test_vecmath.py ties the two together).
+#include <limits>  // std::numeric_limits (+0.05-0.1 s per kernel)
+#include <omp.h>   // tiny C header: omp_* calls stay available to generated code
 
 typedef __INT8_TYPE__ int8_t;
 typedef __INT16_TYPE__ int16_t;
@@ -429,8 +428,20 @@ template <class T> inline T tdbg_truncdiv(T a, T b) {
   else { return static_cast<T>(a / b); }
 }
 
-template <class T> inline T tdbg_pow(T a, T b) {
-  if constexpr (tdbg_is_float<T>) { return tdbg_pow_fp(a, b); }
+// A constant float exponent takes eager's formulas (torch's pow_tensor_scalar kernel: 2 -> a*a,
+// 3 -> a*a*a, 0.5 -> sqrt, -0.5 -> rsqrt, -1 -> 1/a, -2 -> 1/(a*a)): the same bits as eager, and
+// no libm call left to keep the loop scalar. Anything else is powf/pow.
+template <class T> TDBG_INLINE T tdbg_pow_const(T a, T b) {
+  if (b == T(2)) return a * a;
+  if (b == T(3)) return a * a * a;
+  if (b == T(0.5)) return tdbg_sqrt(a);
+  if (b == T(-0.5)) return T(1) / tdbg_sqrt(a);
+  if (b == T(-1)) return T(1) / a;
+  if (b == T(-2)) return T(1) / (a * a);
+  return tdbg_pow_fp(a, b);
+}
+template <class T> TDBG_INLINE T tdbg_pow(T a, T b) {
+  if constexpr (tdbg_is_float<T>) { return __builtin_constant_p(b) ? tdbg_pow_const(a, b) : tdbg_pow_fp(a, b); }
   else if constexpr (tdbg_is_bool<T>) { return a || !b; }
   else {
     if (b < 0) { return static_cast<T>(a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0)); }

@@ -140,6 +140,33 @@ def test_activations_and_normalizations_match_eager():
     assert not bad, bad
 
 
+# x ** c for a constant c: eager's pow_tensor_scalar formulas (x*x, x*x*x, sqrt, 1/sqrt, 1/x,
+# 1/(x*x)), vectorizable. Products and quotients are bit-exact; sqrt-based ones are within 1 ulp
+# (tdbg's sqrt is IEEE, eager's vector sqrt is not always correctly rounded); other exponents go
+# through powf like eager's std::pow.
+POW_EXACT = [2.0, 3.0, -1.0, -2.0]
+POW_CLOSE = [0.5, -0.5, 2.5, -1.5]
+
+
+def powers(x):
+    return tuple(torch.pow(x, c) for c in POW_EXACT + POW_CLOSE)
+
+
+def test_constant_powers_match_eager():
+    torch._dynamo.reset()
+    x = torch.cat([torch.tensor(SPECIALS), torch.linspace(-50, 50, 20001), torch.logspace(-40, 38, 2001)])
+    got = torch.compile(powers, backend="tdbg", fullgraph=True)(x)
+    for c, g, e in zip(POW_EXACT + POW_CLOSE, got, powers(x)):
+        assert torch.equal(g.isnan(), e.isnan()), c
+        special = e.isinf() | (e == 0)
+        assert torch.equal(g[special], e[special]) and torch.equal(g[special].signbit(), e[special].signbit()), c
+        if c in POW_EXACT:
+            same = e.isnan() | (g == e)
+            assert same.all(), (c, x[~same][:5], g[~same][:5], e[~same][:5])
+        else:
+            assert torch.allclose(g, e, rtol=2.4e-7, atol=2.0 ** -126, equal_nan=True), c  # subnormals: eager is coarse
+
+
 # ---- the prelude stays cheap to parse ----------------------------------------------------------
 # A std header may stay in the prelude only while codegen_cpp.py emits the std:: name it declares.
 TRANSITIONAL = {"<limits>": "std::numeric_limits", "<bits/stl_algobase.h>": "std::min"}
@@ -181,6 +208,9 @@ def simd_source():
         lines.append(loop.format(n=f, sig="const float* a, bool* o", body=f"o[i] = {f}(a[i])"))
     for f in BINARY_F32:
         lines.append(loop.format(n=f, sig="const float* a, const float* b, float* o", body=f"o[i] = {f}(a[i], b[i])"))
+    for k, c in enumerate(POW_EXACT + POW_CLOSE[:2]):
+        lines.append(loop.format(n=f"pow{k}", sig="const float* a, float* o",
+                                 body=f"o[i] = tdbg_pow(a[i], static_cast<float>({c}))"))
     return "\n".join(lines) + "\n"
 
 
@@ -191,10 +221,11 @@ def test_math_helpers_vectorize(tmp_path):
     src.write_text(simd_source())
     cfg = current()
     flags = [f for f in cfg.cxx_flags if f != "-w"]
-    proc = subprocess.run([cfg.cxx, *flags, "-fopt-info-vec-optimized", f"-I{tmp_path}", str(src),
+    proc = subprocess.run([cfg.cxx, *flags, "-fopt-info-vec-optimized", "-fno-ipa-icf", f"-I{tmp_path}", str(src),
                            "-o", str(tmp_path / "simd.so")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     text = src.read_text().splitlines()
     vectorized = {text[int(m) - 1] for m in re.findall(r"simd\.cpp:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
     names = [re.search(r"(tdbg_\w+)\(", line).group(1) for line in vectorized]
-    assert sorted(set(names)) == sorted(UNARY_F32 + PREDICATES + BINARY_F32)
+    assert sorted(set(names)) == sorted(UNARY_F32 + PREDICATES + BINARY_F32 + ["tdbg_pow"])
+    assert sum("tdbg_pow" in line for line in vectorized) == len(POW_EXACT) + 2
