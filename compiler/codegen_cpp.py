@@ -14,7 +14,9 @@ by `// FX: <node line>`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -24,6 +26,7 @@ from . import ops as optable
 from .ir import FloorDiv, ModIndex
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
 from .trace import get_logger
+from .scheduler import kernel_threads
 
 log = get_logger("schedule")
 
@@ -136,20 +139,31 @@ LANE_COMBINE = dict(REDUCTION_COMBINE, **{
     "max": "{acc} = (static_cast<{t}>({v}) > {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
     "min": "{acc} = (static_cast<{t}>({v}) < {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
 })
-# a vectorized float32 sum keeps float lanes when each lane adds at most this many elements
-FLOAT_ACC_PER_LANE = 128
-# chunked outer reductions: contiguous run per reduction step and the largest chunk (stack arrays)
-MIN_CHUNK, MAX_CHUNK = 512, 4096
+# elements one lane adds in float before the partial sum goes into the double accumulator
+PARTIAL_STEPS = 4
+PARTIAL_CHAINS = 4
 
 
-def accumulator_dtype(rtype, out_dtype, src_dtype, lanes_of=None):
-    """The accumulator's dtype; `lanes_of` is (simd lanes, reduction length) when the reduction
-    loop is vectorized: a float32 sum then accumulates in float if every lane stays short."""
+def float_partials(node, rtype, acc_dtype) -> bool:
+    """A float32 sum adds float partial sums of PARTIAL_STEPS elements per lane into its double
+    accumulator: float lanes keep up with the memory, a double per element does not, and the
+    short partials keep the error below eager's (pairwise) summation."""
+    return rtype == "sum" and acc_dtype == torch.float64 and node.buffer.dtype == torch.float32
+
+
+def _blocked(loop, block):
+    """`loop` restricted to one block of `block` iterations starting at `<var>b`."""
+    if loop.size <= block:
+        return [loop]
+    var, size = loop.var, loop.size
+    end = f"{var}b + {block}" if size % block == 0 else f"({var}b + {block} < {size} ? {var}b + {block} : {size})"
+    return [Loop(var, end, loop.pragma, start=f"{var}b")]
+
+
+def accumulator_dtype(rtype, out_dtype, src_dtype):
     if rtype in ("argmax", "argmin"):
         return src_dtype
     if rtype in ("sum", "prod") and out_dtype.is_floating_point:
-        if lanes_of and rtype == "sum" and out_dtype == torch.float32 and lanes_of[1] <= FLOAT_ACC_PER_LANE * lanes_of[0]:
-            return torch.float32
         return torch.float64
     return out_dtype
 
@@ -174,9 +188,10 @@ class CppKernel:
     per loop; each refusal is logged on the `schedule` channel ("loop not vectorized: ...").
     Reductions vectorize with an OpenMP reduction clause (argmax/argmin stay scalar).
 
-    Outer reductions (the reduced dim is not the contiguous one, e.g. x.sum(0)) run chunked: the
-    last kept dim is cut into chunks, each chunk keeps one accumulator per element, the reduction
-    loops run outside and the contiguous chunk loop ("lane loop") inside.
+    Outer reductions (the reduced dim is not the contiguous one, e.g. x.sum(0); the scheduler's
+    `group.lane`) run chunked: the last kept dim is cut into chunks, each chunk keeps one
+    accumulator per element, the reduction loops run outside and the contiguous chunk loop
+    ("lane loop") inside.
     """
 
     def __init__(self, name, group, buffers, config):
@@ -189,7 +204,7 @@ class CppKernel:
         self.origin_stack = []
         self.counter = 0
         self.facts = [LoopFacts()]
-        self.lane = None        # chunked outer reduction: Lane
+        self.lane = None        # chunked outer reduction: scheduler.Lane
         self.group_reads = {name for n in group.nodes for name in n.read_names()}
 
     # -- statements -----------------------------------------------------------------------
@@ -332,8 +347,7 @@ class CppKernel:
         if rtype in ("max", "min") and data.src_dtype == torch.bool:
             facts.reasons.append("bool max/min")
         pragma = self.simd(f"{node.name} {rvars[-1] if rvars else ''}".strip(), facts, "{clause}")
-        acc_dtype = accumulator_dtype(rtype, out_dtype, data.src_dtype,
-                                      (self.config.simdlen, math.prod(node.rranges)) if pragma else None)
+        acc_dtype = accumulator_dtype(rtype, out_dtype, data.src_dtype)
         t = cpp_type(acc_dtype)
         self.block.lines.append(f"{t} {acc} = {REDUCTION_INIT[rtype.replace('arg', '')](t, acc_dtype)};")
         if rtype.startswith("arg"):
@@ -344,12 +358,26 @@ class CppKernel:
             if rtype in ("max", "min") and acc_dtype.is_floating_point:
                 self.block.lines.append(f"int {acc}_nan = 0;")
                 clause, combine = clause + NAN_COUNT[0], combine + " " + NAN_COUNT[1]
-        inner.lines.append(REDUCTION_COMMENT)
-        inner.lines.append(combine.format(acc=acc, t=t, v=value, ridx=ridx))
         loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
+        # partial sums run PARTIAL_CHAINS vectors wide: independent add chains hide the add latency
+        lanes = PARTIAL_CHAINS * self.config.simdlen
+        block = PARTIAL_STEPS * lanes if pragma and loops and float_partials(node, rtype, acc_dtype) else 0
+        target = f"{acc}p" if block else acc
+        inner.lines.append(REDUCTION_COMMENT)
+        inner.lines.append(combine.format(acc=target, t="float" if block else t, v=value, ridx=ridx))
         if loops:
-            loops[-1].pragma = pragma.format(clause=clause.format(acc=acc))
-        self.block.lines.extend(LoopNest(loops).render(inner.lines))
+            loops[-1].pragma = pragma.format(clause=clause.format(acc=target))
+            if block:
+                loops[-1].pragma = re.sub(r"simdlen\(\d+\)", f"simdlen({lanes})", loops[-1].pragma)
+        if not block:
+            self.block.lines.extend(LoopNest(loops).render(inner.lines))
+        else:
+            # float partial sums of `block` elements (PARTIAL_STEPS per lane) go into the double
+            body = [f"float {target} = 0;"] + LoopNest(_blocked(loops[-1], block)).render(inner.lines) + \
+                [f"{acc} = {acc} + {target};"]
+            if loops[-1].size > block:
+                body = LoopNest([Loop(f"{loops[-1].var}b", loops[-1].size, step=block)]).render(body)
+            self.block.lines.extend(LoopNest(loops[:-1]).render(body))
         if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
             self.block.lines.append(f"if ({acc}_nan) {acc} = std::numeric_limits<{t}>::quiet_NaN();")
         result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
@@ -395,14 +423,25 @@ class CppKernel:
         self.lane_loop(f"{node.name} init", lambda: self.block.lines.extend(init))
         combine = LANE_COMBINE[rtype] if acc_dtype.is_floating_point else REDUCTION_COMBINE[rtype]
         combine = combine.replace("{acc}_idx", f"{name}_idx[{lane.offset}]")
+        block = 2 * PARTIAL_STEPS if float_partials(node, rtype, acc_dtype) and len(rvars) == 1 else 0
+        part = f"{name}p[{lane.offset}]"
 
         def accumulate():
             value = node.body(ops)
             self.block.lines.append(REDUCTION_COMMENT)
-            self.block.lines.append(combine.format(acc=acc, t=t, v=value, ridx=ridx))
+            self.block.lines.append(combine.format(acc=part if block else acc, t="float" if block else t, v=value, ridx=ridx))
         with self.child_block() as outer:
             self.lane_loop(node.name, accumulate)
-        self.block.lines.extend(LoopNest([Loop(v.name, s) for v, s in zip(rvars, node.rranges)]).render(outer.lines))
+        loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
+        if not block:
+            self.block.lines.extend(LoopNest(loops).render(outer.lines))
+        else:
+            self.block.lines.append(f"float {name}p[{lane.chunk}];")
+            with self.child_block() as blocked:
+                self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{part} = 0;"))
+                self.block.lines.extend(LoopNest(_blocked(loops[0], block)).render(outer.lines))
+                self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{acc} = {acc} + {part};"))
+            self.block.lines.extend(LoopNest([Loop(f"{loops[0].var}b", loops[0].size, step=block)] if loops[0].size > block else []).render(blocked.lines))
         result = CppVar(f"{name}_idx[{lane.offset}]", torch.int64) if rtype.startswith("arg") else CppVar(acc, acc_dtype)
         if node.local and result.dtype == data.dtype:
             self.stored[node.name] = (node.store_index, result)
@@ -419,35 +458,11 @@ class CppKernel:
         if node.name in self.group_reads:
             self.stored[node.name] = (node.store_index, CppVar(f"static_cast<{cpp_type(node.buffer.dtype)}>({result})", node.buffer.dtype))
 
-    def plan_lanes(self):
-        """A Lane when the group is an outer reduction over a contiguous last kept dim, else None."""
-        ranges, nodes = self.group.ranges, self.group.nodes
-        if not ranges or ranges[-1] < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
-            return None
-        x = sympy.Symbol(f"x{len(ranges) - 1}", integer=True, nonnegative=True)
-        outer = False
-        for n in (n for n in nodes if n.is_reduction):
-            rvars = [v for v in n.rindex if v.is_Symbol]
-            for idx in (i for idxs in n.reads.values() for i in idxs):
-                if not rvars or rvars[-1] not in idx.free_symbols:
-                    continue
-                if _coefficient(idx, rvars[-1]) == 1:
-                    return None
-                outer = outer or _coefficient(idx, x) == 1
-        if not outer:
-            return None
-        size, threads = ranges[-1], self.threads()
-        chunk = min(size, MAX_CHUNK)
-        if size > MIN_CHUNK and math.prod(ranges[:-1]) < threads:
-            chunk = min(MAX_CHUNK, max(MIN_CHUNK, (-(-size // threads) + 15) // 16 * 16), size)
-        log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", self.name, chunk, len(ranges) - 1)
-        return Lane(f"x{len(ranges) - 1}", size, chunk)
-
     # -- whole kernel ---------------------------------------------------------------------
     def generate(self) -> str:
         """The kernel's C++ function (without the prelude include)."""
         ops = CppOps(self)
-        self.lane = self.plan_lanes()
+        self.lane = dataclasses.replace(self.group.lane, arrays={}) if self.group.lane else None
         with self.loop_body() as (body, facts):
             for node in self.group.nodes:
                 (self.reduction if node.is_reduction else self.pointwise)(node, ops)
@@ -466,9 +481,6 @@ class CppKernel:
         lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
         return "\n".join(lines) + "\n"
 
-    def threads(self):
-        return self.config.num_threads or torch.get_num_threads()
-
     def _parallelize(self, loops):
         work = math.prod(self.group.ranges) * max([math.prod(n.rranges) for n in self.group.nodes] + [1])
         reason = None
@@ -483,7 +495,7 @@ class CppKernel:
         if reason:
             log.info("%s: loop not parallel: %s", self.name, reason)
             return
-        threads = self.threads()
+        threads = kernel_threads(self.config)
         # a vectorized innermost loop stays out of the collapsed space (its own simd loop)
         candidates = loops[:-1] if len(loops) > 1 and loops[-1].pragma else loops
         collapse, iters = 0, 1
@@ -498,42 +510,6 @@ class CppKernel:
             loops[0].pragma = f"#pragma omp parallel for simd{simd} num_threads({threads})"
             return
         loops[0].pragma = f"#pragma omp parallel for{clause} num_threads({threads})"
-
-
-@dataclass
-class Lane:
-    """A chunked outer reduction: the last kept dim `var` runs in chunks of `chunk` from `base`."""
-    var: str
-    size: int
-    chunk: int
-    arrays: dict = field(default_factory=dict)   # node name -> its per-lane array element
-
-    @property
-    def base(self):
-        return f"{self.var}c"
-
-    @property
-    def offset(self):
-        return f"({self.var} - {self.base})"
-
-    @property
-    def end(self):
-        if self.size % self.chunk == 0:
-            return f"{self.base} + {self.chunk}"
-        return f"std::min<int64_t>({self.base} + {self.chunk}, {self.size})"
-
-
-def _coefficient(expr, var):
-    """The integer stride of `var` in the linear index `expr`, or None if it is not linear."""
-    coef = 0
-    for term in sympy.Add.make_args(sympy.expand(expr)):
-        if var not in term.free_symbols:
-            continue
-        c = term / var
-        if var in c.free_symbols or not c.is_Integer:
-            return None
-        coef += int(c)
-    return coef
 
 
 class CppOps:

@@ -140,6 +140,7 @@ class KernelGroup:
     ranges: tuple
     name: str = ""
     fusions: list = field(default_factory=list)   # indices of counted fusions inside
+    lane: "Lane | None" = None                     # loop order of an outer reduction (plan_lanes)
 
     @property
     def writes(self):
@@ -201,7 +202,87 @@ def schedule(operations, graph_outputs, config):
             produced_by[node.name] = len(items)
             items.append(KernelGroup([node], node.ranges))
     _mark_locals(items, graph_outputs)
+    for item in items:
+        if isinstance(item, KernelGroup):
+            item.lane = plan_lanes(item, config)
     return items, fusions
+
+
+# chunked outer reductions: least contiguous run per reduction step, largest chunk (stack arrays)
+MIN_CHUNK, MAX_CHUNK = 512, 4096
+
+
+def kernel_threads(config) -> int:
+    if config.num_threads:
+        return config.num_threads
+    import torch
+    return torch.get_num_threads()
+
+
+@dataclass
+class Lane:
+    """Loop order of a chunked outer reduction: the last kept dim `var` runs in chunks of `chunk`
+    (the parallel loop over `base`); inside a chunk, the reduction loops run outside and the
+    contiguous loop over `var` ("lane loop", from `base` to `end`) inside."""
+    var: str
+    size: int
+    chunk: int
+    arrays: dict = field(default_factory=dict)   # codegen: node name -> its per-lane array element
+
+    @property
+    def base(self):
+        return f"{self.var}c"
+
+    @property
+    def offset(self):
+        return f"({self.var} - {self.base})"
+
+    @property
+    def end(self):
+        if self.size % self.chunk == 0:
+            return f"{self.base} + {self.chunk}"
+        return f"({self.base} + {self.chunk} < {self.size} ? {self.base} + {self.chunk} : {self.size})"
+
+
+def plan_lanes(group: KernelGroup, config):
+    """A Lane when `group` reduces over a non-contiguous dim while its last kept dim is the
+    contiguous one in what the reductions read (x.sum(0), mean over a middle dim), else None."""
+    ranges, nodes = group.ranges, group.nodes
+    if not ranges or ranges[-1] < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
+        return None
+    x = ir.index_var("x", len(ranges) - 1)
+    outer = False
+    for n in (n for n in nodes if n.is_reduction):
+        rvars = [v for v in n.rindex if v.is_Symbol]
+        for idx in (i for idxs in n.reads.values() for i in idxs):
+            if not rvars or rvars[-1] not in idx.free_symbols:
+                continue
+            if _coefficient(idx, rvars[-1]) == 1:
+                return None
+            outer = outer or _coefficient(idx, x) == 1
+    if not outer:
+        return None
+    size, threads = ranges[-1], kernel_threads(config)
+    chunk = min(size, MAX_CHUNK)
+    if size > MIN_CHUNK and math.prod(ranges[:-1]) < threads:
+        # split the kept dim between the threads, in runs of at least MIN_CHUNK elements
+        chunk = min(MAX_CHUNK, max(MIN_CHUNK, (-(-size // threads) + 15) // 16 * 16), size)
+    log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", group.writes, chunk, len(ranges) - 1)
+    return Lane(f"x{len(ranges) - 1}", size, chunk)
+
+
+def _coefficient(expr, var):
+    """The integer stride of `var` in the linear index `expr`, or None if it is not linear."""
+    coef = 0
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if var not in term.free_symbols:
+            continue
+        c = term / var
+        if var in c.free_symbols or not c.is_Integer:
+            return None
+        coef += int(c)
+    return coef
+
 
 
 def eliminate_dead(operations, graph_outputs):

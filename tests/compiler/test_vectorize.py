@@ -78,18 +78,25 @@ def test_simdlen_counts_float32_lanes_and_scales_to_narrow_types():
 
 
 @pytest.mark.parametrize("n", [1023, 17, 1])
-def test_sum_reduction_is_vectorized_with_a_reduction_clause(n):
+def test_sum_reduction_is_vectorized_with_float_partials_into_a_double(n):
     x = torch.randn(5, n)
     src = source(compile_fn(lambda x: x.sum(1), x))
-    assert "float acc0 = 0;" in src          # short rows: float lanes are accurate enough
+    assert "double acc0 = 0;" in src
     if n > 1:                                # n == 1: no reduction loop at all
-        assert re.search(r"#pragma omp simd simdlen\(8\) reduction\(\+:acc\d+\)", src), src
+        assert "float acc0p = 0;" in src and "acc0 = acc0 + acc0p;" in src
+        assert "#pragma omp simd simdlen(32) reduction(+:acc0p)" in src   # 4 chains of 8 lanes
+    if n > 128:
+        assert "for (int64_t r0b = 0; r0b < 1023; r0b += 128)" in src
+        assert "for (int64_t r0 = r0b; r0 < (r0b + 128 < 1023 ? r0b + 128 : 1023); ++r0)" in src
 
 
-def test_long_float_sum_keeps_a_double_accumulator():
-    x = torch.rand(2, 5000)
-    src = source(compile_fn(lambda x: x.sum(1), x))
-    assert "double acc0 = 0;" in src and "reduction(+:acc0)" in src
+@pytest.mark.parametrize("dim", [0, 1])
+def test_float_sums_are_at_least_as_accurate_as_eager(dim):
+    x = torch.randn(1000, 1030, generator=torch.Generator().manual_seed(0)) + 0.5
+    got = torch.utils._pytree.tree_leaves(compile_fn(lambda x: x.sum(dim), x)(x))[0].double()
+    reference = x.double().sum(dim)
+    eager_error = (x.sum(dim).double() - reference).abs().max()
+    assert (got - reference).abs().max() <= eager_error
 
 
 @pytest.mark.parametrize("pos", [0, 7, 8, 16, 99])
@@ -158,14 +165,20 @@ def test_scatter_with_duplicate_indices_matches_eager_without_simd_stores(op):
 
 def test_outer_sum_walks_memory_contiguously():
     x = torch.randn(300, 1030)
+    LANE = "for (int64_t x0 = x0c; x0 < (x0c + 528 < 1030 ? x0c + 528 : 1030); ++x0)"
     src = source(compile_fn(lambda x: x.sum(0), x))
     heads = loop_heads(src)
+    # chunks of 528 columns per thread; per chunk: zero the double accumulators, then blocks of
+    # 8 rows summed per column in float (partials), added to the doubles; then the stores
     assert heads == [
         "#pragma omp parallel for num_threads(2)", "for (int64_t x0c = 0; x0c < 1030; x0c += 528)",
-        "#pragma omp simd simdlen(8)", "for (int64_t x0 = x0c; x0 < std::min<int64_t>(x0c + 528, 1030); ++x0)",
-        "for (int64_t r0 = 0; r0 < 300; ++r0)",
-        "#pragma omp simd simdlen(8)", "for (int64_t x0 = x0c; x0 < std::min<int64_t>(x0c + 528, 1030); ++x0)",
-        "#pragma omp simd simdlen(8)", "for (int64_t x0 = x0c; x0 < std::min<int64_t>(x0c + 528, 1030); ++x0)",
+        "#pragma omp simd simdlen(8)", LANE,
+        "for (int64_t r0b = 0; r0b < 300; r0b += 8)",
+        "#pragma omp simd simdlen(8)", LANE,
+        "for (int64_t r0 = r0b; r0 < (r0b + 8 < 300 ? r0b + 8 : 300); ++r0)",
+        "#pragma omp simd simdlen(8)", LANE,
+        "#pragma omp simd simdlen(8)", LANE,
+        "#pragma omp simd simdlen(8)", LANE,
     ], heads
     assert "in_ptr0[(x0 + (1030*r0))]" in src
 
