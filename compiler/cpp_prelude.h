@@ -174,14 +174,18 @@ TDBG_INLINE float erfc_scaled(float x) {
 }
 }  // namespace tdbg_detail
 
+namespace tdbg_detail {
+// e^x for x in [-104, 89] (no NaN): e^89 overflows and e^-104 underflows to 0 on their own.
+TDBG_INLINE float exp_core(float x) {
+  Reduced t = reduce_ln2(x);
+  return scale(exp_small(t.r), static_cast<int32_t>(t.k));
+}
+}  // namespace tdbg_detail
+
 TDBG_INLINE float tdbg_expf(float x) {
   using namespace tdbg_detail;
-  // clamped so the integer conversion is defined; e^89 overflows and e^-104 underflows to 0 on
-  // their own. NaN maps to 89 and is restored by the final add.
-  float xc = clamp(x, -104.0f, 89.0f);
-  Reduced t = reduce_ln2(xc);
-  float y = scale(exp_small(t.r), static_cast<int32_t>(t.k));
-  return y + nan_if(isnan(x));
+  // clamped so the integer conversion is defined; NaN maps to 89 and is restored by the final add
+  return exp_core(clamp(x, -104.0f, 89.0f)) + nan_if(isnan(x));
 }
 
 TDBG_INLINE float tdbg_exp2f(float x) {
@@ -246,7 +250,7 @@ TDBG_INLINE float tdbg_erff(float x) {
   float small = mla(a, p, a);
   // 0.9 <= |x|: erf = 1 - e^{-x^2} H(x); from 4 on (erfc(4) = 1.5e-8) it rounds to 1
   float ab = clamp(a, 0.9f, 4.0f);
-  float big = 1.0f - tdbg_expf(-(ab * ab)) * erfc_scaled(ab);
+  float big = 1.0f - exp_core(-(ab * ab)) * erfc_scaled(ab);
   return copysign(sel(lt(a, 0.9f), small, big), x) + nan_if(isnan(x));
 }
 
@@ -258,8 +262,8 @@ TDBG_INLINE float tdbg_tanhf(float x) {
   float p = horner(z, -5.70498686e-03f, 2.06390861e-02f, -5.37397154e-02f, 1.33314416e-01f, -3.33332807e-01f);
   float small = mla(a * z, p, a);
   // otherwise 1 - 2 / (e^{2|x|} + 1); tanh rounds to 1 beyond 10
-  float ab = sel(lt(a, 10.0f), a, 10.0f);
-  float big = 1.0f - 2.0f / (tdbg_expf(2.0f * ab) + 1.0f);
+  float ab = sel(lt(a, 10.0f), a, 10.0f);                         // NaN -> 10
+  float big = 1.0f - 2.0f / (exp_core(2.0f * ab) + 1.0f);
   return copysign(sel(lt(a, 0.625f), small, big), x) + nan_if(isnan(x));
 }
 
