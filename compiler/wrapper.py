@@ -6,9 +6,9 @@ the kernels through tdbg.compiler.build), `make_call(kernels, constants)` return
 data_ptr()s, runs extern aten calls in between, returns the outputs) and a `__main__` that runs
 the graph on random inputs of the compiled shapes and prints its time.
 
-Outputs of at least POOL_MIN_BYTES come from the graph's `OutputPool` instead: the storage of an
-output returned by an earlier call is written again once nothing but the pool can reach it, which
-saves the page faults of fresh memory (see OutputPool).
+Outputs of at least POOL_MIN_BYTES and intermediates of at least ARENA_MIN_BYTES come from the
+graph's `BufferPool` instead: the storage an earlier call allocated is written again once nothing
+but the pool can reach it, which saves the page faults of fresh memory (see BufferPool).
 
 Kernel status codes: a non-zero return is 1 + the index into STATUS[kernel] naming the FX node
 and the reason; `kernel_failed` turns it into KernelRuntimeError.
@@ -55,28 +55,32 @@ def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
     return out
 
 
-POOL_MIN_BYTES = 1 << 20   # smaller outputs: the allocator's heap reuse already avoids page faults
-POOL_DEPTH = 2             # storages kept per output: `x = f(x)` loops alternate between two
+POOL_MIN_BYTES = 1 << 20    # smaller outputs: the allocator's heap reuse already avoids page faults
+ARENA_MIN_BYTES = 32 << 20  # glibc mmaps (and page-faults) every allocation from 32 MB on
+POOL_DEPTH = 2              # storages kept per slot: `x = f(x)` loops alternate between two
 _storage_use_count = torch._C._storage_Use_Count
-_below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
+below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
 
 
-class OutputPool:
-    """Recycled storages for the large outputs of one compiled graph.
+class BufferPool:
+    """Recycled storages for one compiled graph: a slot per large output, and arena slots that
+    intermediates of at least ARENA_MIN_BYTES with disjoint lifetimes share (`nbytes[slot]` is
+    the largest a slot serves).
 
     `empty_strided(size, stride, dtype=, slot=)` returns a tensor like torch.empty_strided's. It
-    writes over the storage of an output an earlier call returned from the same slot when that
-    storage is unobservable: nothing references its StorageImpl but the pool (no tensor, view,
-    `.data`/detach alias, autograd saved tensor, DLPack capsule or numpy array, which all hold
-    the StorageImpl or the tensor), no Python reference to the pool's storage object exists
-    besides the pool's (`t.untyped_storage()` hands out that same object), no weak reference
-    to it exists, and its data pointer is the one it was allocated with (not moved to shared
-    memory, not resized). Otherwise it allocates a fresh storage and keeps it, dropping the
-    oldest of POOL_DEPTH. The returned tensor is always a new, non-view tensor object."""
+    writes over a storage the slot allocated before when that storage is unobservable: nothing
+    references its StorageImpl but the pool (no tensor, view, `.data`/detach alias, autograd
+    saved tensor, DLPack capsule or numpy array, which all hold the StorageImpl or the tensor),
+    no Python reference to the pool's storage object exists besides the pool's
+    (`t.untyped_storage()` hands out that same object), no weak reference to it exists, and its
+    data pointer is the one it was allocated with (not moved to shared memory, not resized).
+    Otherwise it allocates a fresh storage and keeps it, dropping the oldest of POOL_DEPTH. The
+    returned tensor is always a new, non-view tensor object at version 0."""
 
-    def __init__(self, slots: int):
-        self._slots = [[] for _ in range(slots)]   # per slot: (storage, data_ptr), oldest first
-        self._empty = {}                           # dtype -> bound `new` of an empty tensor
+    def __init__(self, nbytes: list):
+        self._nbytes = nbytes
+        self._slots = [[] for _ in nbytes]   # per slot: (storage, data_ptr), oldest first
+        self._empty = {}                     # dtype -> bound `new` of an empty tensor
 
     def empty_strided(self, size, stride, dtype, slot):
         entries = self._slots[slot]
@@ -84,20 +88,23 @@ class OutputPool:
             # 3 references while unobservable: the entry tuple, the loop variable, the argument
             if (getrefcount(storage) == 3 and _storage_use_count(storage._cdata) == 1
                     and not getweakrefcount(storage) and storage.data_ptr() == ptr):
-                with _below_autograd():   # set_ below ADInplaceOrView: version 0, like a fresh tensor
-                    return self._new(dtype)().set_(storage, 0, size, stride)
+                return self._on(storage, size, stride, dtype)
         out = torch.empty_strided(size, stride, dtype=dtype)
         storage = out.untyped_storage()
+        if storage.nbytes() < self._nbytes[slot]:   # an arena slot sized for a larger buffer
+            storage = torch.UntypedStorage(self._nbytes[slot])
+            out = self._on(storage, size, stride, dtype)
         if len(entries) >= POOL_DEPTH:
             del entries[0]
         entries.append((storage, storage.data_ptr()))
         return out
 
-    def _new(self, dtype):
+    def _on(self, storage, size, stride, dtype):
         new = self._empty.get(dtype)
         if new is None:
             new = self._empty[dtype] = torch.empty(0, dtype=dtype).new
-        return new
+        with below_autograd():   # set_ below ADInplaceOrView: version 0, like a fresh tensor
+            return new().set_(storage, 0, size, stride)
 
     def clear(self) -> None:
         """Forget every kept storage (memory returns to the allocator once unreferenced)."""
@@ -182,9 +189,9 @@ class WrapperCodegen:
         head = [f"# tdbg output code for graph {self.name}",
                 "# Run `python output_code.py` to time this graph on random inputs.",
                 "import torch", "from torch import empty_strided",
-                "from tdbg.compiler.wrapper import (OutputPool as _OutputPool, as_strided as _as_strided,",
-                "                                   kernel_failed as _kernel_failed, load_kernels, main as _main,",
-                "                                   restride as _restride)",
+                "from tdbg.compiler.wrapper import (BufferPool as _BufferPool, as_strided as _as_strided,",
+                "                                   below_autograd as _below_autograd, kernel_failed as _kernel_failed,",
+                "                                   load_kernels, main as _main, restride as _restride)",
                 "aten = torch.ops.aten", "prims = torch.ops.prims", "",
                 f"GRAPH = {self.name!r}", "KERNELS = {"]
         for k in self.kernels:
@@ -201,9 +208,14 @@ class WrapperCodegen:
                 self.line(f"{b.name} = constants[{b.name!r}]", 1)
         if self.config.enable_kernel_profile:
             self.line("_record = torch.profiler.record_function", 1)
-        self.pool_slots = pooled_outputs(self.plan, self.graph_outputs, self.buffers)
+        self.out_variants = {item.kernel.outputs[0].name: out for item in self.items
+                             if isinstance(item, ExternNode) for out in [out_variant(item.kernel)] if out}
+        allocs = [here + ([(item.kernel.outputs[0].name, None)] if isinstance(item, ExternNode)
+                          and item.kernel.outputs and item.kernel.outputs[0].name in self.out_variants else [])
+                  for here, item in zip(self.plan.allocs, self.items)]
+        self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers)
         if self.pool_slots:
-            self.line(f"_pool = _OutputPool({len(self.pool_slots)})", 1)
+            self.line(f"_pool = _BufferPool({pool_bytes})", 1)
         self.line("", 0)
         self.line("def call(args):", 1)
         params = self.placeholders
@@ -212,7 +224,7 @@ class WrapperCodegen:
         self.line("args.clear()")
         for b in self.graph_inputs:
             if not hasattr(b, "constant"):
-                self._restride_input(b)
+                self._restride(b)
         by_name = {k.group_index: k for k in self.kernels}
         for pos, item in enumerate(self.items):
             for name, reuse in self.plan.allocs[pos]:
@@ -241,9 +253,9 @@ class WrapperCodegen:
             return repr(self.scalars[name])
         return f"({tuple(buf.size)}, {tuple(buf.layout.stride)}, {buf.dtype})"
 
-    def _restride_input(self, b):
+    def _restride(self, b):
         stride = tuple(b.layout.stride)
-        if 0 in b.layout.size:   # an effect token's placeholder may be no tensor at run time
+        if 0 in b.layout.size:   # an effect token may be no tensor at run time
             self.line(f"{b.name} = _restride({b.name}, {stride})")
         else:   # the exact-stride test keeps the usual case to one comparison
             self.line(f"if {b.name}.stride() != {stride}: {b.name} = _restride({b.name}, {stride})")
@@ -273,28 +285,77 @@ class WrapperCodegen:
     def _extern_call(self, item: ExternNode):
         kernel = item.kernel
         args = [pyexpr(a) for a in kernel.args] + [f"{k}={pyexpr(v)}" for k, v in kernel.kwargs.items()]
-        self.line(f"{kernel.name} = {_target_expr(kernel.target)}({', '.join(args)})  # FX: {kernel.node.name}")
+        target, depth = kernel.target, 2
+        if kernel.name in self.pool_slots:   # a pooled result: the op writes it through its out= overload
+            self._alloc(kernel.name, None)
+            target, depth = self.out_variants[kernel.name], 3
+            args.append(f"out={kernel.name}")
+            # below autograd: out= refuses inputs that require grad, which a graph's callers may pass
+            self.line("with _below_autograd():")
+        self.line(f"{kernel.name} = {_target_expr(target)}({', '.join(args)})  # FX: {kernel.node.name}", depth)
         for out in kernel.outputs:
-            self.line(f"{out.name} = _restride({out.expr}, {tuple(out.layout.stride)})")
+            if out.expr != out.name:
+                self.line(f"{out.name} = {out.expr}")
+            self._restride(out)
 
 
-def pooled_outputs(plan, graph_outputs, buffers) -> dict:
-    """{allocated buffer name: OutputPool slot} for fresh allocations of at least POOL_MIN_BYTES
-    whose storage a graph output returns (directly, as a view, or through memory-plan reuse)."""
+def out_variant(kernel):
+    """The `.out` overload that computes `kernel`'s single, freshly allocated result into a given
+    tensor (same arguments plus `out`), else None."""
+    target = kernel.target
+    if not isinstance(target, torch._ops.OpOverload) or len(kernel.outputs) != 1 or kernel.mutated:
+        return None
+    schema = target._schema
+    if (schema.is_mutable or len(schema.returns) != 1 or schema.returns[0].alias_info is not None
+            or kernel.outputs[0].expr != kernel.name):
+        return None
+    out = getattr(target.overloadpacket, "out", None) if "out" in target.overloadpacket.overloads() else None
+    if out is None:
+        return None
+    outs = [a.name for a in out._schema.arguments if a.is_out]
+    same = [a.name for a in out._schema.arguments if not a.is_out] == [a.name for a in schema.arguments]
+    return out if outs == ["out"] and same else None
+
+
+def pool_slots(allocs, plan, graph_outputs, buffers) -> tuple:
+    """({allocated buffer name: BufferPool slot}, [bytes per slot]) for `allocs` (per item: (name,
+    reused name or None) as in plan.allocs): a slot of its own for each fresh allocation of at
+    least POOL_MIN_BYTES whose storage a graph output returns (directly, as a view, or through
+    memory-plan reuse); arena slots for other allocations of at least ARENA_MIN_BYTES, shared by
+    buffers whose storages are not live at the same time."""
     root = {}
-    for allocs in plan.allocs:
-        for name, reuse in allocs:
+    for here in allocs:
+        for name, reuse in here:
             root[name] = root.get(reuse, reuse) if reuse is not None else name
-    slots = {}
+
+    def nbytes(name):
+        lay = buffers[name].layout
+        return lay.storage_numel() * lay.dtype.itemsize
+
+    slots, sizes = {}, []
     for out in graph_outputs:
         where = out.storage() if isinstance(out, IRNode) else None
         name = root.get(where[0].name) if where else None
-        if name is None or name in slots:
-            continue
-        lay = buffers[name].layout
-        if lay.storage_numel() * lay.dtype.itemsize >= POOL_MIN_BYTES:
-            slots[name] = len(slots)
-    return slots
+        if name is not None and name not in slots and nbytes(name) >= POOL_MIN_BYTES:
+            slots[name] = len(sizes)
+            sizes.append(nbytes(name))
+    free, holder = [], {}   # free arena slots; arena slot -> allocation using it
+    for here, frees in zip(allocs, plan.frees):
+        for name, reuse in here:
+            need = nbytes(name)
+            if reuse is not None or name in slots or need < ARENA_MIN_BYTES:
+                continue
+            fits = [k for k in free if sizes[k] >= need]
+            slot = min(fits, key=sizes.__getitem__) if fits else len(sizes)
+            if fits:
+                free.remove(slot)
+            else:
+                sizes.append(need)
+            slots[name], holder[slot] = slot, name
+        for name in frees:
+            if name not in plan.reused:
+                free += [k for k, user in holder.items() if user == root.get(name) and k not in free]
+    return slots, sizes
 
 
 def _target_expr(target) -> str:

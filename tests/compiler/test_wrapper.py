@@ -1,4 +1,4 @@
-"""The wrapper's OutputPool: a large output the caller dropped is written again by the next call
+"""The wrapper's BufferPool: a large output the caller dropped is written again by the next call
 (no fresh, page-faulting allocation); one anything can still observe is never touched."""
 import threading
 import weakref
@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tdbg.compiler import compile_aten, lowering
 from tdbg.compiler.config import current
 from tdbg.compiler.decompositions import decomposition_table
-from tdbg.compiler.wrapper import POOL_DEPTH, POOL_MIN_BYTES, OutputPool
+from tdbg.compiler.wrapper import ARENA_MIN_BYTES, POOL_DEPTH, POOL_MIN_BYTES, BufferPool
 
 ROWS, COLS = 512, 1024          # 2 MB of float32: above POOL_MIN_BYTES
 assert ROWS * COLS * 4 >= POOL_MIN_BYTES
@@ -130,7 +130,7 @@ def test_the_threshold_keeps_small_outputs_out_of_the_pool():
     pooled = compile_fn(lambda a: a * 2.0, torch.randn(n))
     small = compile_fn(lambda a: a * 2.0, torch.randn(n - 1))
     assert "_pool.empty_strided((262144,), (1,), dtype=torch.float32, slot=0)" in pooled.source_code
-    assert "_OutputPool" not in small.source_code.split("def make_call")[1]
+    assert "_BufferPool" not in small.source_code.split("def make_call")[1]
     assert "empty_strided((262143,), (1,), dtype=torch.float32)" in small.source_code
     assert len(pooled._call.pool) == 0
     x = torch.randn(n)
@@ -210,8 +210,36 @@ def test_concurrent_calls_never_share_an_output(add):
     assert errors == []
 
 
+def test_large_intermediates_share_arena_slots_and_extern_results_use_out_overloads():
+    """relu -> cumsum (aten) -> sigmoid -> cumsum -> sum, all 32 MB but the sum: the two kernel
+    intermediates share one arena slot, the two aten results another (through cumsum.out)."""
+    def f(a):
+        return torch.cumsum(torch.sigmoid(torch.cumsum(torch.relu(a), 1)), 1).sum(1)
+    a = torch.randn(ARENA_MIN_BYTES // 4 // 1024, 1024)
+    compiled = compile_fn(f, a)
+    src = compiled.source_code
+    assert "_BufferPool([33554432, 33554432])" in src
+    assert src.count("aten.cumsum.out(") == 2 and src.count("slot=0)") == 2 and src.count("slot=1)") == 2
+    torch.testing.assert_close(compiled(a), f(a))
+    storages = {id(s) for entries in compiled._call.pool._slots for s, _ in entries}
+    b = torch.randn(a.shape)
+    torch.testing.assert_close(compiled(b), f(b))
+    assert {id(s) for entries in compiled._call.pool._slots for s, _ in entries} == storages
+
+
+def test_an_extern_output_is_pooled_through_out_and_accepts_inputs_requiring_grad():
+    a, w = torch.randn(ROWS, 64), torch.randn(64, COLS)
+    compiled = compile_fn(torch.mm, a, w)
+    assert "aten.mm.out(arg0_1, arg1_1, out=buf0)" in compiled.source_code
+    ptr = compiled(a, w).data_ptr()
+    a2, w2 = a.clone().requires_grad_(), w.clone().requires_grad_()
+    out = compiled(a2, w2)
+    assert out.data_ptr() == ptr and not out.requires_grad
+    torch.testing.assert_close(out, a @ w)
+
+
 def test_pool_clear_forgets_kept_storages():
-    pool = OutputPool(1)
+    pool = BufferPool([64])
     t = pool.empty_strided((4, 4), (4, 1), dtype=torch.float32, slot=0)
     ptr = t.data_ptr()
     del t
