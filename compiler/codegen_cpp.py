@@ -449,14 +449,11 @@ class CppKernel:
         self.lane_pointwise_store(node, result, ops)
 
     def lane_pointwise_store(self, node, result, ops):
-        if node.local:
-            cast = f"static_cast<{cpp_type(node.buffer.dtype)}>({result})"
-            self.stored[node.name] = (node.store_index, CppVar(cast, node.buffer.dtype))
-            return
-        self.lane.arrays.pop(node.name, None)
-        self.lane_loop(f"{node.name} store", lambda: self.store(node, result, ops))
-        if node.name in self.group_reads:
-            self.stored[node.name] = (node.store_index, CppVar(f"static_cast<{cpp_type(node.buffer.dtype)}>({result})", node.buffer.dtype))
+        if not node.local:
+            self.lane.arrays.pop(node.name, None)
+            self.lane_loop(f"{node.name} store", lambda: self.store(node, result, ops))
+        # later lane loops read the accumulator (every lane loop sees it), cast like the store
+        self.stored[node.name] = (node.store_index, CppVar(f"static_cast<{cpp_type(node.buffer.dtype)}>({result})", node.buffer.dtype))
 
     # -- whole kernel ---------------------------------------------------------------------
     def generate(self) -> str:
