@@ -182,6 +182,8 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     """Compile an aten-level FX graph into C++ kernels plus a Python wrapper."""
     config = config or _config.current()
     configure_logging(config)
+    from . import build
+    build.prepare(config)
     trace = trace or _start_trace(config, graph_name)
     spec = _output_spec(aten_gm)
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
@@ -311,9 +313,10 @@ def make_backend(config=None, inner_compile=None):
     """A Dynamo backend: AOTAutograd with tdbg's decompositions, then `inner_compile` per graph."""
     def backend(gm, example_inputs):
         from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-        from torch._dynamo.backends.common import aot_autograd
+        from . import build
         from .decompositions import decomposition_table
         cfg = config or _config.current()
+        build.prepare(cfg)   # the precompiled prelude builds while AOTAutograd traces
         model, n = _model_name(gm), _graph_number()
         aot_ids = itertools.count()
         compile_one = inner_compile or compile_aten
@@ -325,10 +328,30 @@ def make_backend(config=None, inner_compile=None):
                 return make_boxed_func(compiled)
             return compile_graph
 
-        return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                            inference_compiler=compiler("inference"), decompositions=decomposition_table(cfg),
-                            partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+        return aot(gm, example_inputs, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                   inference_compiler=compiler("inference"), decompositions=decomposition_table(cfg),
+                   partition_fn=min_cut_rematerialization_partition)
     return backend
+
+
+def aot(gm, example_inputs, **kwargs):
+    """What torch._dynamo.backends.common.aot_autograd(**kwargs)(gm, example_inputs) does, without
+    its import of torch._inductor.debug (0.3-0.5 s once per process, for AOT debug logging):
+    nested inputs flattened, the backward compiler and the compiled graph hidden from Dynamo."""
+    from torch._dynamo import disable
+    from torch._dynamo.utils import counters, flatten_graph_inputs
+    from torch._functorch.aot_autograd import aot_module_simplified
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return flatten_graph_inputs(gm, example_inputs, lambda g, inputs: aot(g, inputs, **kwargs))
+    bw_compiler = kwargs["bw_compiler"]
+
+    def hidden_bw_compiler(*args, **kw):
+        return disable(disable(bw_compiler, reason="do not trace backward compiler function")(*args, **kw),
+                       reason="do not trace generated backwards pass")
+    counters["aot_autograd"]["total"] += 1
+    compiled = aot_module_simplified(gm, example_inputs, **dict(kwargs, bw_compiler=hidden_bw_compiler))
+    counters["aot_autograd"]["ok"] += 1
+    return disable(compiled, reason="do not trace AOT-compiled graph")
 
 
 def compile_fx(gm, example_inputs, config=None):

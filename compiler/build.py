@@ -50,6 +50,7 @@ _include_dirs: dict = {}             # (cache_dir, digest) -> materialised inclu
 _libraries: dict = {}                # library path -> ctypes.CDLL
 _pch_lock = threading.Lock()
 _pch_ok: dict = {}                   # .gch path -> usable, decided once per process
+_prepared: set = set()               # configs whose pch `prepare` started
 
 
 def ensure_private_dir(path: str) -> str:
@@ -175,6 +176,27 @@ def pch_dir(config, toolchain: str) -> Optional[str]:
         if gch not in _pch_ok:
             _pch_ok[gch] = _pch_verified(gch) or _build_pch(config, path, gch)
         return path if _pch_ok[gch] else None
+
+
+def prepare(config) -> None:
+    """Start precompiling the prelude for `config` in a background thread (once per cache dir and
+    toolchain per process), so that it overlaps tracing and lowering instead of delaying the
+    first build; `build_kernels` waits for it (the lock in `pch_dir`)."""
+    if not config.cxx_pch:
+        return
+    key = (config.cache_dir, config.cxx, config.cxx_flags, config.link_libs)
+    with _lock:   # not _pch_lock: that one is held while the pch builds
+        if key in _prepared:
+            return
+        _prepared.add(key)
+    threading.Thread(target=_prepare, args=(config,), name="tdbg-pch", daemon=True).start()
+
+
+def _prepare(config) -> None:
+    try:
+        pch_dir(config, _toolchain_digest(config))
+    except OSError as e:   # the build that needs it reports the same problem in the caller's thread
+        log.info("precompiling the prelude in the background failed: %s", e)
 
 
 def _digest_file(path: str) -> str:

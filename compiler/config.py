@@ -172,8 +172,6 @@ _ENV = {
     "TDBG_DEBUG_DIR": ("debug_dir", str),
     "TDBG_CACHE_DIR": ("cache_dir", str),
     "TDBG_CXX": ("cxx", str),
-    "TDBG_CXX_JOBS": ("cxx_jobs", int),
-    "TDBG_CXX_PCH": ("cxx_pch", _flag),
     "TDBG_NUM_THREADS": ("num_threads", int),
     "TDBG_MAX_FUSION_SIZE": ("max_fusion_size", int),
     "TDBG_SIMDLEN": ("simdlen", int),
