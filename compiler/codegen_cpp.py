@@ -60,13 +60,13 @@ def constant(value, dtype) -> str:
     if dtype.is_floating_point:
         value = float(value)
         if math.isnan(value):
-            return f"std::numeric_limits<{t}>::quiet_NaN()"
+            return f"tdbg_limits<{t}>::quiet_NaN()"
         if math.isinf(value):
-            return f"{'-' if value < 0 else ''}std::numeric_limits<{t}>::infinity()"
+            return f"{'-' if value < 0 else ''}tdbg_limits<{t}>::infinity()"
         return f"static_cast<{t}>({value!r})"
     value = int(value)
     if value == -(2 ** 63):
-        return "std::numeric_limits<int64_t>::lowest()"
+        return "tdbg_limits<int64_t>::lowest()"
     return f"static_cast<{t}>({value}LL)"
 
 
@@ -107,8 +107,8 @@ class Block:
 
 REDUCTION_INIT = {
     "sum": lambda t, d: "0", "prod": lambda t, d: "1",
-    "max": lambda t, d: "false" if d == torch.bool else (f"-std::numeric_limits<{t}>::infinity()" if d.is_floating_point else f"std::numeric_limits<{t}>::lowest()"),
-    "min": lambda t, d: "true" if d == torch.bool else (f"std::numeric_limits<{t}>::infinity()" if d.is_floating_point else f"std::numeric_limits<{t}>::max()"),
+    "max": lambda t, d: "false" if d == torch.bool else (f"-tdbg_limits<{t}>::infinity()" if d.is_floating_point else f"tdbg_limits<{t}>::lowest()"),
+    "min": lambda t, d: "true" if d == torch.bool else (f"tdbg_limits<{t}>::infinity()" if d.is_floating_point else f"tdbg_limits<{t}>::max()"),
     "any": lambda t, d: "false", "all": lambda t, d: "true",
 }
 REDUCTION_COMBINE = {
@@ -379,7 +379,7 @@ class CppKernel:
                 body = LoopNest([Loop(f"{loops[-1].var}b", loops[-1].size, step=block)]).render(body)
             self.block.lines.extend(LoopNest(loops[:-1]).render(body))
         if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
-            self.block.lines.append(f"if ({acc}_nan) {acc} = std::numeric_limits<{t}>::quiet_NaN();")
+            self.block.lines.append(f"if ({acc}_nan) {acc} = tdbg_limits<{t}>::quiet_NaN();")
         result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
         self.store(node, result, ops)
 

@@ -11,10 +11,7 @@
 // "Vectorized float math". double and integer operands call libm (exact as in eager).
 #pragma once
 // Generated code spells no std:: name: tdbg_limits<T>::infinity() / lowest() / max() /
-// quiet_NaN(), tdbg_min / tdbg_max, tdbg_exp, ... <limits> below is transitional: it stays only
-// while compiler/codegen_cpp.py still emits std::numeric_limits (the test in
-// tests/compiler/test_vecmath.py ties the two together).
-#include <limits>  // std::numeric_limits (+0.05-0.1 s per kernel)
+// quiet_NaN(), tdbg_min / tdbg_max, tdbg_exp, ...
 #include <omp.h>   // tiny C header: omp_* calls stay available to generated code
 
 typedef __INT8_TYPE__ int8_t;
