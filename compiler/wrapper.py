@@ -208,14 +208,7 @@ class WrapperCodegen:
                 self.line(f"{b.name} = constants[{b.name!r}]", 1)
         if self.config.enable_kernel_profile:
             self.line("_record = torch.profiler.record_function", 1)
-        self.out_variants = {item.kernel.outputs[0].name: out for item in self.items
-                             if isinstance(item, ExternNode) for out in [out_variant(item.kernel)] if out}
-        allocs = [here + ([(item.kernel.outputs[0].name, None)] if isinstance(item, ExternNode)
-                          and item.kernel.outputs and item.kernel.outputs[0].name in self.out_variants else [])
-                  for here, item in zip(self.plan.allocs, self.items)]
-        self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers)
-        if self.pool_slots:
-            self.line(f"_pool = _BufferPool({pool_bytes})", 1)
+        self._plan_pool()
         self.line("", 0)
         self.line("def call(args):", 1)
         params = self.placeholders
@@ -252,6 +245,20 @@ class WrapperCodegen:
         if buf is None:
             return repr(self.scalars[name])
         return f"({tuple(buf.size)}, {tuple(buf.layout.stride)}, {buf.dtype})"
+
+    def _plan_pool(self):
+        """BufferPool slots for large outputs and intermediates; aten results that get one are
+        written through the op's out= overload (`out_variants`)."""
+        self.out_variants, allocs = {}, []
+        for here, item in zip(self.plan.allocs, self.items):
+            out = out_variant(item.kernel) if isinstance(item, ExternNode) else None
+            if out is not None:
+                self.out_variants[item.kernel.name] = out
+                here = here + [(item.kernel.name, None)]
+            allocs.append(here)
+        self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers)
+        if self.pool_slots:
+            self.line(f"_pool = _BufferPool({pool_bytes})", 1)
 
     def _restride(self, b):
         stride = tuple(b.layout.stride)
@@ -309,9 +316,9 @@ def out_variant(kernel):
     if (schema.is_mutable or len(schema.returns) != 1 or schema.returns[0].alias_info is not None
             or kernel.outputs[0].expr != kernel.name):
         return None
-    out = getattr(target.overloadpacket, "out", None) if "out" in target.overloadpacket.overloads() else None
-    if out is None:
+    if "out" not in target.overloadpacket.overloads():
         return None
+    out = target.overloadpacket.out
     outs = [a.name for a in out._schema.arguments if a.is_out]
     same = [a.name for a in out._schema.arguments if not a.is_out] == [a.name for a in schema.arguments]
     return out if outs == ["out"] and same else None
