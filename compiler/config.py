@@ -54,7 +54,8 @@ class Config:
     # After the source. Kernels need no libstdc++, and not linking it halves the link (~20 ms
     # per g++); code that does need it (undefined references) is relinked with g++'s defaults.
     link_libs: tuple = ("-nodefaultlibs", "-lgomp", "-lm", "-lc", "-lgcc")
-    cxx_jobs: int = 0                  # g++ at once = translation units per build; 0 = usable CPUs
+    cxx_jobs: int = 0                  # most g++ at once (translation units per build); 0 = usable CPUs
+    cxx_unit_chars: int = 4000         # kernel source per unit before a build splits; 0 = cxx_jobs units
     cxx_pch: bool = True               # precompile the prelude once per cache dir and toolchain
     cache_dir: str = field(default_factory=default_cache_dir)
     # debugging

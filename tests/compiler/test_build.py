@@ -92,7 +92,7 @@ def test_cache_directories_are_private(tmp_path):
 
 def test_kernels_of_one_call_compile_in_parallel(tmp_path, logging_cxx):
     cxx, log = logging_cxx
-    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx)
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2, cxx_unit_chars=0)
     libs = build.build_kernels({"a": kernel_source("a"), "b": kernel_source("b", "return -x;")}, cfg)
     events = [line.split() for line in compiles(log)]
     kinds = [kind for kind, _ in sorted(events, key=lambda e: float(e[1]))]
@@ -203,6 +203,15 @@ def test_units_balance_source_size_and_keep_kernel_order():
     assert build.plan_units({}, 2) == []
 
 
+def test_units_per_build_follow_source_size_up_to_the_jobs():
+    cfg = Config(cxx_jobs=2, cxx_unit_chars=100)
+    assert build.unit_count({"a": "x" * 60, "b": "x" * 40}, cfg) == 1
+    assert build.unit_count({"a": "x" * 60, "b": "x" * 41}, cfg) == 2
+    assert build.unit_count({f"k{i}": "x" * 100 for i in range(5)}, cfg) == 2
+    assert build.unit_count({"a": "x"}, cfg.replace(cxx_unit_chars=0)) == 2
+    assert build.unit_count({}, cfg) == 1
+
+
 def test_unit_source_hoists_includes_once_and_wraps_each_kernel():
     sources = {"k1": '#include "tdbg_prelude.h"\nint k1_body;\n',
                "k2": '#include "tdbg_prelude.h"\n#include <omp.h>\nint k2_body;\n'}
@@ -236,7 +245,7 @@ def test_one_job_builds_all_kernels_in_one_g_plus_plus_run(tmp_path, counting_cx
 
 def test_two_jobs_make_two_units_built_at_once(tmp_path, logging_cxx):
     cxx, log = logging_cxx
-    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2, cxx_pch=False)
+    cfg = Config(cache_dir=str(tmp_path / "cache"), cxx=cxx, cxx_jobs=2, cxx_unit_chars=0, cxx_pch=False)
     sources = {f"k{i}": _helper_kernel(f"k{i}", i + 2) for i in range(4)}
     libs = build.build_kernels(sources, cfg)
     kinds = [e.split()[0] for e in sorted(compiles(log), key=lambda e: float(e.split()[1]))]
