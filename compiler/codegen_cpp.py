@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 
 import sympy
@@ -105,67 +104,45 @@ class Block:
         return None
 
 
-REDUCTION_INIT = {
-    "sum": lambda t, d: "0", "prod": lambda t, d: "1",
-    "max": lambda t, d: "false" if d == torch.bool else (f"-tdbg_limits<{t}>::infinity()" if d.is_floating_point else f"tdbg_limits<{t}>::lowest()"),
-    "min": lambda t, d: "true" if d == torch.bool else (f"tdbg_limits<{t}>::infinity()" if d.is_floating_point else f"tdbg_limits<{t}>::max()"),
-    "any": lambda t, d: "false", "all": lambda t, d: "true",
-}
-REDUCTION_COMBINE = {
-    "sum": "{acc} = {acc} + static_cast<{t}>({v});",
-    "prod": "{acc} = {acc} * static_cast<{t}>({v});",
-    "max": "{acc} = tdbg_maximum({acc}, static_cast<{t}>({v}));",
-    "min": "{acc} = tdbg_minimum({acc}, static_cast<{t}>({v}));",
-    "any": "{acc} = {acc} || static_cast<bool>({v});",
-    "all": "{acc} = {acc} && static_cast<bool>({v});",
-    "argmax": "if (tdbg_arg_better_max({v}, {acc})) {{ {acc} = {v}; {acc}_idx = {ridx}; }}",
-    "argmin": "if (tdbg_arg_better_min({v}, {acc})) {{ {acc} = {v}; {acc}_idx = {ridx}; }}",
-}
-# Vectorized reduction over the innermost loop: (OpenMP reduction clause, combine). A float
-# max/min takes the plain max (a vector max instruction) and counts NaNs on the side; the
-# result becomes NaN after the loop when one was seen (torch.amax semantics).
-SIMD_REDUCTION = {
-    "sum": (" reduction(+:{acc})", REDUCTION_COMBINE["sum"]),
-    "prod": (" reduction(*:{acc})", REDUCTION_COMBINE["prod"]),
-    "max": (" reduction(max:{acc})", "{acc} = static_cast<{t}>({v}) > {acc} ? static_cast<{t}>({v}) : {acc};"),
-    "min": (" reduction(min:{acc})", "{acc} = static_cast<{t}>({v}) < {acc} ? static_cast<{t}>({v}) : {acc};"),
-    "any": (" reduction(||:{acc})", REDUCTION_COMBINE["any"]),
-    "all": (" reduction(&&:{acc})", REDUCTION_COMBINE["all"]),
-}
-NAN_COUNT = " reduction(|:{acc}_nan)", "{acc}_nan |= static_cast<int>({v} != {v});"
-# One accumulator per lane of a chunked outer reduction: no reduction clause, each lane is
-# independent; NaN-propagating max/min as a select (no branch).
-LANE_COMBINE = dict(REDUCTION_COMBINE, **{
-    "max": "{acc} = (static_cast<{t}>({v}) > {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
-    "min": "{acc} = (static_cast<{t}>({v}) < {acc} || {v} != {v}) ? static_cast<{t}>({v}) : {acc};",
-})
-# elements one lane adds in float before the partial sum goes into the double accumulator
-PARTIAL_STEPS = 4
-PARTIAL_CHAINS = 4
+@dataclass
+class Loop:
+    var: str
+    size: object          # the bound: an int, or a C++ expression
+    pragma: str = ""
+    start: str = "0"
+    step: int = 1
+
+    @property
+    def trips(self) -> int:
+        return -(-self.size // self.step) if isinstance(self.size, int) else 1
+
+    def head(self) -> str:
+        step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
+        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
 
 
-def float_partials(node, rtype, acc_dtype) -> bool:
-    """A float32 sum adds float partial sums of PARTIAL_STEPS elements per lane into its double
-    accumulator: float lanes keep up with the memory, a double per element does not, and the
-    short partials keep the error below eager's (pairwise) summation."""
-    return rtype == "sum" and acc_dtype == torch.float64 and node.buffer.dtype == torch.float32
+@dataclass
+class LoopNest:
+    loops: list = field(default_factory=list)
+
+    def render(self, body: list) -> list:
+        lines = list(body)
+        for loop in reversed(self.loops):
+            head = [loop.pragma] if loop.pragma else []
+            lines = head + [loop.head(), "{"] + ["    " + line for line in lines] + ["}"]
+        return lines
 
 
-def _blocked(loop, block):
-    """`loop` restricted to one block of `block` iterations starting at `<var>b`."""
-    if loop.size <= block:
-        return [loop]
-    var, size = loop.var, loop.size
-    end = f"{var}b + {block}" if size % block == 0 else f"({var}b + {block} < {size} ? {var}b + {block} : {size})"
-    return [Loop(var, end, loop.pragma, start=f"{var}b")]
+def _contiguous(sizes):
+    out, acc = [], 1
+    for s in reversed(sizes):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
 
 
-def accumulator_dtype(rtype, out_dtype, src_dtype):
-    if rtype in ("argmax", "argmin"):
-        return src_dtype
-    if rtype in ("sum", "prod") and out_dtype.is_floating_point:
-        return torch.float64
-    return out_dtype
+# the reduction mixin imports the primitives above from this module (import cycle: keep them above)
+from .codegen_reduction import ReductionCodegen  # noqa: E402
 
 
 @dataclass
@@ -175,7 +152,7 @@ class LoopFacts:
     itemsizes: set = field(default_factory=set)
 
 
-class CppKernel:
+class CppKernel(ReductionCodegen):
     """Generates one kernel function for a KernelGroup.
 
     Vectorization (`#pragma omp simd` on innermost loops, `config.vectorize` and `simdlen`):
@@ -205,6 +182,7 @@ class CppKernel:
         self.counter = 0
         self.facts = [LoopFacts()]
         self.lane = None        # chunked outer reduction: scheduler.Lane
+        self.columns = []       # fused row+column reduction: codegen_reduction.ColumnAcc per column node
         self.group_reads = {name for n in group.nodes for name in n.read_names()}
 
     # -- statements -----------------------------------------------------------------------
@@ -331,134 +309,19 @@ class CppKernel:
     def loop_symbols(node):
         return {v for v in [*node.index, *node.rindex] if v.is_Symbol}
 
-    def reduction(self, node, ops):
-        data = node.buffer.data
-        out_dtype, rtype = data.dtype, data.reduction_type
-        rvars = [v for v in node.rindex if v.is_Symbol]
-        ridx = " + ".join(f"{v}*{st}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
-        if self.lane is not None:
-            self.lane_reduction(node, ops, rvars, ridx)
-            return
-        acc = self.fresh("acc")
-        with self.loop_body() as (inner, facts):
-            value = node.body(ops)
-        if rtype not in SIMD_REDUCTION:
-            facts.reasons.append(f"{rtype} keeps the first index (scalar)")
-        if rtype in ("max", "min") and data.src_dtype == torch.bool:
-            facts.reasons.append("bool max/min")
-        pragma = self.simd(f"{node.name} {rvars[-1] if rvars else ''}".strip(), facts, "{clause}")
-        acc_dtype = accumulator_dtype(rtype, out_dtype, data.src_dtype)
-        t = cpp_type(acc_dtype)
-        self.block.lines.append(f"{t} {acc} = {REDUCTION_INIT[rtype.replace('arg', '')](t, acc_dtype)};")
-        if rtype.startswith("arg"):
-            self.block.lines.append(f"int64_t {acc}_idx = 0;")
-        combine, clause = REDUCTION_COMBINE[rtype], ""
-        if pragma:
-            clause, combine = SIMD_REDUCTION[rtype]
-            if rtype in ("max", "min") and acc_dtype.is_floating_point:
-                self.block.lines.append(f"int {acc}_nan = 0;")
-                clause, combine = clause + NAN_COUNT[0], combine + " " + NAN_COUNT[1]
-        loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
-        # partial sums run PARTIAL_CHAINS vectors wide: independent add chains hide the add latency
-        lanes = PARTIAL_CHAINS * self.config.simdlen
-        block = PARTIAL_STEPS * lanes if pragma and loops and float_partials(node, rtype, acc_dtype) else 0
-        target = f"{acc}p" if block else acc
-        inner.lines.append(REDUCTION_COMMENT)
-        inner.lines.append(combine.format(acc=target, t="float" if block else t, v=value, ridx=ridx))
-        if loops:
-            loops[-1].pragma = pragma.format(clause=clause.format(acc=target))
-            if block:
-                loops[-1].pragma = re.sub(r"simdlen\(\d+\)", f"simdlen({lanes})", loops[-1].pragma)
-        if not block:
-            self.block.lines.extend(LoopNest(loops).render(inner.lines))
-        else:
-            # float partial sums of `block` elements (PARTIAL_STEPS per lane) go into the double
-            body = [f"float {target} = 0;"] + LoopNest(_blocked(loops[-1], block)).render(inner.lines) + \
-                [f"{acc} = {acc} + {target};"]
-            if loops[-1].size > block:
-                body = LoopNest([Loop(f"{loops[-1].var}b", loops[-1].size, step=block)]).render(body)
-            self.block.lines.extend(LoopNest(loops[:-1]).render(body))
-        if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
-            self.block.lines.append(f"if ({acc}_nan) {acc} = tdbg_limits<{t}>::quiet_NaN();")
-        result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
-        self.store(node, result, ops)
-
-    # -- chunked outer reductions -----------------------------------------------------------
-    def lane_loop(self, what, fill):
-        """Render `fill()`'s statements inside a (vectorized) loop over the current chunk."""
-        with self.loop_body() as (inner, facts):
-            fill()
-        lane = self.lane
-        loop = Loop(lane.var, lane.end, start=lane.base)
-        loop.pragma = self.simd(f"{what} {lane.var}", facts)
-        self.block.lines.extend(LoopNest([loop]).render(inner.lines))
-
-    def lane_value(self, node, value):
-        """Where later loops of this kernel find `node`'s value (a per-lane array when chunked)."""
-        arr = self.lane.arrays.get(node.name) if self.lane is not None else None
-        if arr is None:
-            return value
-        self.emit(f"{arr} = {value};")
-        return CppVar(arr, value.dtype)
-
-    def lane_pointwise(self, node, ops):
-        if node.name in self.group_reads:
-            name = self.fresh("lane")
-            self.block.lines.append(f"{cpp_type(node.buffer.dtype)} {name}[{self.lane.chunk}];")
-            self.lane.arrays[node.name] = f"{name}[{self.lane.offset}]"
-        self.lane_loop(node.name, lambda: self.store(node, node.body(ops), ops))
-
-    def lane_reduction(self, node, ops, rvars, ridx):
-        data = node.buffer.data
-        rtype = data.reduction_type
-        acc_dtype = accumulator_dtype(rtype, data.dtype, data.src_dtype)
-        t, lane = cpp_type(acc_dtype), self.lane
-        name = self.fresh("acc")
-        acc = f"{name}[{lane.offset}]"
-        self.block.lines.append(f"{t} {name}[{lane.chunk}];")
-        init = [f"{acc} = {REDUCTION_INIT[rtype.replace('arg', '')](t, acc_dtype)};"]
-        if rtype.startswith("arg"):
-            self.block.lines.append(f"int64_t {name}_idx[{lane.chunk}];")
-            init.append(f"{name}_idx[{lane.offset}] = 0;")
-        self.lane_loop(f"{node.name} init", lambda: self.block.lines.extend(init))
-        combine = LANE_COMBINE[rtype] if acc_dtype.is_floating_point else REDUCTION_COMBINE[rtype]
-        combine = combine.replace("{acc}_idx", f"{name}_idx[{lane.offset}]")
-        block = 2 * PARTIAL_STEPS if float_partials(node, rtype, acc_dtype) and len(rvars) == 1 else 0
-        part = f"{name}p[{lane.offset}]"
-
-        def accumulate():
-            value = node.body(ops)
-            self.block.lines.append(REDUCTION_COMMENT)
-            self.block.lines.append(combine.format(acc=part if block else acc, t="float" if block else t, v=value, ridx=ridx))
-        with self.child_block() as outer:
-            self.lane_loop(node.name, accumulate)
-        loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
-        if not block:
-            self.block.lines.extend(LoopNest(loops).render(outer.lines))
-        else:
-            self.block.lines.append(f"float {name}p[{lane.chunk}];")
-            with self.child_block() as blocked:
-                self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{part} = 0;"))
-                self.block.lines.extend(LoopNest(_blocked(loops[0], block)).render(outer.lines))
-                self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{acc} = {acc} + {part};"))
-            self.block.lines.extend(LoopNest([Loop(f"{loops[0].var}b", loops[0].size, step=block)] if loops[0].size > block else []).render(blocked.lines))
-        result = CppVar(f"{name}_idx[{lane.offset}]", torch.int64) if rtype.startswith("arg") else CppVar(acc, acc_dtype)
-        if node.local and result.dtype == data.dtype:
-            self.stored[node.name] = (node.store_index, result)
-            return
-        self.lane_pointwise_store(node, result, ops)
-
-    def lane_pointwise_store(self, node, result, ops):
-        if not node.local:
-            self.lane.arrays.pop(node.name, None)
-            self.lane_loop(f"{node.name} store", lambda: self.store(node, result, ops))
-        # later lane loops read the accumulator (every lane loop sees it), cast like the store
-        self.stored[node.name] = (node.store_index, CppVar(f"static_cast<{cpp_type(node.buffer.dtype)}>({result})", node.buffer.dtype))
-
     # -- whole kernel ---------------------------------------------------------------------
     def generate(self) -> str:
         """The kernel's C++ function (without the prelude include)."""
         ops = CppOps(self)
+        body = self.row_column_body(ops) if self.group.columns else self.loop_nest(ops)
+        params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
+        params += [f"{cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
+        lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
+        lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
+        return "\n".join(lines) + "\n"
+
+    def loop_nest(self, ops):
+        """The group's outer loops around each node's statements (chunked when `group.lane`)."""
         self.lane = dataclasses.replace(self.group.lane, arrays={}) if self.group.lane else None
         with self.loop_body() as (body, facts):
             for node in self.group.nodes:
@@ -471,12 +334,7 @@ class CppKernel:
         elif loops and not any(n.inner or n.is_reduction for n in self.group.nodes):
             loops[-1].pragma = self.simd(f"{self.group.nodes[0].name} {loops[-1].var}", facts)
         self._parallelize(loops)
-        body = LoopNest(loops).render(self.block.lines)
-        params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
-        params += [f"{cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
-        lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
-        lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
-        return "\n".join(lines) + "\n"
+        return LoopNest(loops).render(self.block.lines)
 
     def _parallelize(self, loops):
         work = math.prod(self.group.ranges) * max([math.prod(n.rranges) for n in self.group.nodes] + [1])
@@ -599,46 +457,6 @@ class CppOps:
             out = dtype if row is None else row.result_dtype(dtype)
             return self.k.cse(fmt.format(*args), out)
         return op
-
-
-REDUCTION_COMMENT = "// accumulate"
-
-
-@dataclass
-class Loop:
-    var: str
-    size: object          # the bound: an int, or a C++ expression
-    pragma: str = ""
-    start: str = "0"
-    step: int = 1
-
-    @property
-    def trips(self) -> int:
-        return -(-self.size // self.step) if isinstance(self.size, int) else 1
-
-    def head(self) -> str:
-        step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
-        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
-
-
-@dataclass
-class LoopNest:
-    loops: list = field(default_factory=list)
-
-    def render(self, body: list) -> list:
-        lines = list(body)
-        for loop in reversed(self.loops):
-            head = [loop.pragma] if loop.pragma else []
-            lines = head + [loop.head(), "{"] + ["    " + line for line in lines] + ["}"]
-        return lines
-
-
-def _contiguous(sizes):
-    out, acc = [], 1
-    for s in reversed(sizes):
-        out.append(acc)
-        acc *= s
-    return out[::-1]
 
 
 @dataclass

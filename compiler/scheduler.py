@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 import sympy
+import torch
 
 from . import ir
 from .ir import ComputedBuffer, ExternKernel, Reduction
@@ -105,6 +106,7 @@ class SchedulerNode:
         self.reads = handler.reads
         self.origins = buffer.origins
         self.local = False
+        self.column_part = None   # scheduling: the ColumnPart this node joins (see _fusable)
 
     def body(self, ops):
         if self.is_reduction:
@@ -141,6 +143,7 @@ class KernelGroup:
     name: str = ""
     fusions: list = field(default_factory=list)   # indices of counted fusions inside
     lane: "Lane | None" = None                     # loop order of an outer reduction (plan_lanes)
+    columns: "ColumnPart | None" = None            # fused column reductions (_column_fusable)
 
     @property
     def writes(self):
@@ -154,7 +157,18 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
     """(reason, node as placed in the group) when `node` may join `group`, else (None, node)."""
     if len(group.nodes) >= config.max_fusion_size:
         return None, node
+    node.column_part = None
+    columns = group.columns
+    if columns is not None and (node.read_names() & set(columns.names) or node.ranges == columns.ranges):
+        node.column_part = _column_member(group, node, config)
+        return ("column reduction" if node.is_reduction else "column epilogue") if node.column_part else None, node
+    if columns is None and node.is_reduction:
+        node.column_part = _column_part(group, node, config)
+        if node.column_part is not None:
+            return "row+column", node
     if group.ranges != node.ranges:
+        if columns is not None:
+            return None, node
         n = len(group.ranges)
         if node.is_reduction or not n or len(node.ranges) <= n or node.ranges[:n] != group.ranges:
             return None, node
@@ -193,6 +207,8 @@ def schedule(operations, graph_outputs, config):
                 log.info("not fusing %s into %s: fusion budget spent or fusion disabled", node.name, group.writes)
                 break
             log.info("fuse %s into %s (%s, ranges %s)", node.name, group.writes, reason, list(node.ranges))
+            if placed_node.column_part is not None:
+                _join_columns(group, placed_node, config)
             fusions.append({"index": index, "nodes": [*group.writes, node.name], "group": pos})
             group.nodes.append(placed_node)
             produced_by[node.name] = pos
@@ -206,6 +222,91 @@ def schedule(operations, graph_outputs, config):
         if isinstance(item, KernelGroup):
             item.lane = plan_lanes(item, config)
     return items, fusions
+
+
+# fused row+column reductions: most kept columns (per-thread accumulator arrays stay in cache)
+COLUMN_CAP = 16384
+
+
+@dataclass
+class ColumnPart:
+    """Column reductions fused into a group of row reductions over the same 2-d iteration space:
+    the group's rows are the column nodes' reduction dim and vice versa. `anchor` is the row
+    reduction whose innermost loop (over the columns) also updates the column accumulators;
+    `names` the column reductions and their pointwise epilogues (ranges `ranges`)."""
+    ranges: tuple
+    anchor: str
+    names: list
+
+    def remapped(self, node):
+        """`node`'s (index, rindex) with its loop variables swapped onto the anchor's: x0 -> r0, r0 -> x0."""
+        x0, r0 = ir.index_var("x", 0), ir.index_var("r", 0)
+        swap = {x0: r0, r0: x0}
+        return ([sympy.sympify(e).subs(swap, simultaneous=True) for e in node.index],
+                [sympy.sympify(e).subs(swap, simultaneous=True) for e in node.rindex])
+
+
+COLUMN_REDUCTIONS = ("sum", "max", "min")
+
+
+def _column_part(group, node, config):
+    """The ColumnPart under which reduction `node` (e.g. x.sum(0)) runs as a column reduction
+    inside `group`'s row reduction (x.sum(1)) reading their input once, or None: 2-d, every
+    (buffer, index) it reads is one the anchor reads at the same element, at most COLUMN_CAP
+    kept columns."""
+    data = node.buffer.data
+    if len(node.ranges) != 1 or len(group.ranges) != 1 or group.ranges != node.rranges or any(n.inner for n in group.nodes):
+        return None
+    if data.reduction_type not in COLUMN_REDUCTIONS or data.src_dtype == torch.bool or node.read_names() & set(group.writes):
+        return None
+    part = group.columns
+    if part is None:
+        anchor = next((n for n in group.nodes if n.is_reduction and n.rranges == node.ranges and _contiguous_rows(n)), None)
+        if anchor is None:
+            return None
+        part = ColumnPart(node.ranges, anchor.name, [])
+    anchor = next(n for n in group.nodes if n.name == part.anchor)
+    handler = _ReadsOps()
+    data.inner_fn(handler, *part.remapped(node))
+    reads = {(name, i) for name, idxs in handler.reads.items() for i in idxs}
+    if not reads or not reads <= {(name, i) for name, idxs in anchor.reads.items() for i in idxs}:
+        return None
+    if node.ranges[0] > COLUMN_CAP:
+        log.info("not fusing %s into %s as a column reduction: %d kept columns > cap %d",
+                 node.name, group.writes, node.ranges[0], COLUMN_CAP)
+        return None
+    return part
+
+
+def _contiguous_rows(node) -> bool:
+    """A 1-d reduction whose reads walk its reduction var contiguously (a row reduction)."""
+    rvars = [v for v in node.rindex if v.is_Symbol]
+    return len(rvars) == 1 and len(node.rranges) == 1 and any(
+        _coefficient(i, rvars[0]) == 1 for idxs in node.reads.values() for i in idxs)
+
+
+def _column_member(group, node, config):
+    """The ColumnPart `node` joins (another column reduction, or a pointwise epilogue over the
+    columns reading column results at their store index, never a row result), or None."""
+    part = group.columns
+    if node.is_reduction:
+        return _column_part(group, node, config)
+    if node.ranges != part.ranges or node.inner:
+        return None
+    inside = {n.name: n for n in group.nodes}
+    for name in node.read_names() & set(inside):
+        if name not in part.names or any(idx != inside[name].store_index for idx in node.reads[name]):
+            return None
+    return part
+
+
+def _join_columns(group, node, config):
+    if group.columns is None:
+        group.columns = node.column_part
+        log.info("%s: row+column reduction: %s keeps %d column accumulators per thread (%d threads) "
+                 "updated in %s's row loop; the input is read once", group.writes, node.name,
+                 node.ranges[0], kernel_threads(config), group.columns.anchor)
+    group.columns.names.append(node.name)
 
 
 # chunked outer reductions: least contiguous run per reduction step, largest chunk (stack arrays)
