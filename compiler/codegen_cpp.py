@@ -94,6 +94,10 @@ class Block:
 
     def __init__(self, parent=None):
         self.parent, self.lines, self.cache, self.last_origin = parent, [], {}, None
+        self.loop = False       # the body of a loop (loop_body), not just a nested scope
+
+    def defines(self, var) -> bool:
+        return var in self.cache.values()
 
     def lookup(self, expr):
         b = self
@@ -225,11 +229,25 @@ class CppKernel(ReductionCodegen):
         self.facts.append(facts)
         try:
             with self.child_block() as block:
+                block.loop = True
                 yield block, facts
         finally:
             self.facts.pop()
             self.facts[-1].reasons.extend(facts.reasons)
             self.facts[-1].itemsizes.update(facts.itemsizes)
+
+    def invariant_block(self, var):
+        """The block outside the innermost loop that defines `var` (a temporary computed before
+        that loop starts, e.g. a row's sum read by the loop over its elements), else None."""
+        b = self.block
+        while b is not None and not (b.defines(var) or b.loop):
+            b = b.parent
+        if b is None or b.defines(var):
+            return None
+        b = b.parent
+        while b is not None and not b.defines(var):
+            b = b.parent
+        return b
 
     def unsafe(self, reason):
         self.facts[-1].reasons.append(reason)
@@ -407,6 +425,18 @@ class CppOps:
         if x.dtype == dtype:
             return x
         return self.k.cse(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
+
+    def div(self, a, b):
+        """a / b; a float divisor computed outside the innermost loop becomes one reciprocal
+        computed before the loop and a multiply per element, as eager's softmax does."""
+        outside = self.k.invariant_block(b) if isinstance(b, CppVar) else None
+        if outside is None or a.dtype != b.dtype or not a.dtype.is_floating_point:
+            return self.__getattr__("div")(a, b)
+        key, t = (f"1 / {b}", b.dtype), cpp_type(b.dtype)
+        if key not in outside.cache:
+            outside.cache[key] = CppVar(self.k.fresh("tmp"), b.dtype)
+            outside.lines.append(f"{t} {outside.cache[key]} = static_cast<{t}>(1) / {b};")
+        return self.k.cse(f"{a} * {outside.cache[key]}", a.dtype)
 
     def where(self, cond, a, b):
         return self.k.cse(f"{cond} ? {a} : {b}", a.dtype)

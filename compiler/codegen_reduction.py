@@ -140,6 +140,7 @@ class ReductionCodegen:
         if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
             self.block.lines.append(f"if ({acc}_nan) {acc} = tdbg_limits<{t}>::quiet_NaN();")
         result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
+        self.block.cache[("accumulator", result.name)] = result   # defined here (see invariant_block)
         self.store(node, result, ops)
 
     # -- chunked outer reductions -----------------------------------------------------------

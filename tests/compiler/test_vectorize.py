@@ -207,3 +207,21 @@ def test_vectorization_off_removes_every_simd_pragma(cfg):
     assert "simd" not in source(compiled)
     reason = "config.vectorize is off" if "vectorize" in cfg else "config.simdlen is 0"
     assert any(f"loop not vectorized" in m and reason in m for m in messages), messages
+
+
+def test_division_by_a_row_value_is_one_reciprocal_and_a_multiply_per_element():
+    x = torch.randn(16, 300)
+    src = source(compile_fn(lambda x: (torch.softmax(x, -1), x / x.abs().amax(1, keepdim=True),
+                                       x.mean(1), x / (x + 2)), x))
+    recips = re.findall(r"float (tmp\d+) = static_cast<float>\(1\) / (\w+);", src)
+    assert len(recips) == 2, src                       # the softmax sum and the amax, once per row
+    for recip, _ in recips:
+        assert re.search(rf"float tmp\d+ = tmp\d+ \* {recip};", src)
+    assert "/ static_cast<float>(300.0)" in src       # mean: division by a constant stays a division
+    assert re.search(r"tmp\d+ = tmp\d+ / tmp\d+;", src)  # x / (x + 2): the divisor varies per element
+
+
+def test_integer_true_division_by_a_row_value_stays_a_division():
+    x = torch.randint(1, 50, (6, 40), dtype=torch.int32)
+    src = source(compile_fn(lambda x: x / x.amax(1, keepdim=True), x))
+    assert "static_cast<float>(1) /" not in src
