@@ -145,15 +145,15 @@ def _contiguous(sizes):
     return out[::-1]
 
 
-# the reduction mixin imports the primitives above from this module (import cycle: keep them above)
-from .codegen_reduction import ReductionCodegen  # noqa: E402
-
-
 @dataclass
 class LoopFacts:
     """What a loop body contains that decides whether it may be vectorized."""
     reasons: list = field(default_factory=list)
     itemsizes: set = field(default_factory=set)
+
+
+# the reduction mixin imports the primitives above from this module (import cycle: keep them above)
+from .codegen_reduction import ReductionCodegen  # noqa: E402
 
 
 class CppKernel(ReductionCodegen):
@@ -172,7 +172,8 @@ class CppKernel(ReductionCodegen):
     Outer reductions (the reduced dim is not the contiguous one, e.g. x.sum(0); the scheduler's
     `group.lane`) run chunked: the last kept dim is cut into chunks, each chunk keeps one
     accumulator per element, the reduction loops run outside and the contiguous chunk loop
-    ("lane loop") inside.
+    ("lane loop") inside. Row+column groups (`group.columns`) get the loop nest of
+    `ReductionCodegen.row_column_body` (compiler/codegen_reduction.py).
     """
 
     def __init__(self, name, group, buffers, config):

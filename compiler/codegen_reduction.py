@@ -237,7 +237,7 @@ class ReductionCodegen:
         pre, region = [], []
         for c in self.columns:
             pre += [f"{c.t} {c.name}[{threads * cols_n}];"]
-            pre += LoopNest([Loop("i", threads * cols_n, pragma=f"#pragma omp simd simdlen({self.config.simdlen})")]).render(
+            pre += LoopNest([Loop("i", threads * cols_n, pragma=self.simd(f"{c.node.name} init i", LoopFacts()))]).render(
                 [f"{c.name}[i] = {c.init};"])
             region.append(f"{c.t}* {c.name}t = {c.name} + omp_get_thread_num() * {cols_n};")
             if c.partial:
@@ -271,7 +271,8 @@ class ReductionCodegen:
         if not accs:
             return []
         body = [fmt.format(t=f"{c.name}t", p=f"{c.name}p") for c in accs]
-        return LoopNest([Loop("c", self.group.columns.ranges[0], pragma=f"#pragma omp simd simdlen({self.config.simdlen})")]).render(body)
+        pragma = self.simd(f"{accs[0].node.name} partials c", LoopFacts())
+        return LoopNest([Loop("c", self.group.columns.ranges[0], pragma=pragma)]).render(body)
 
     def column_result(self, node, ops, threads):
         """Combine the threads' accumulators of column `x0` (in thread order), store the result."""
@@ -310,4 +311,4 @@ class ColumnAcc:
 
 
 # codegen_cpp imports this module at its top; its names are looked up when the methods run
-from .codegen_cpp import CppVar, Loop, LoopNest, _contiguous, cpp_type  # noqa: E402
+from .codegen_cpp import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type  # noqa: E402

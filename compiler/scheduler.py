@@ -10,6 +10,10 @@ Fusion rules (each accepted decision is a counted fusion, see lowering.take_fusi
   producer stores it at (vertical: producer -> consumer, incl. reductions feeding pointwise
   epilogues and reductions sharing outer loops); otherwise it joins as a sibling over the same
   space (horizontal) when it does not read the group's buffers at all;
+- a 2-d column reduction (x.sum(0)) joins a group holding a contiguous row reduction of the
+  same iteration space (x.sum(1)) that reads some of its inputs at the same element, and its
+  pointwise epilogues follow it (`ColumnPart`, "row+column" in the log): one pass reads the
+  input once, up to COLUMN_CAP kept columns;
 - it may never move before a group producing (or mutating) anything it reads;
 - a group holds at most `config.max_fusion_size` nodes.
 Buffers produced and read only inside one group (and not graph outputs) become C++ locals
@@ -167,8 +171,6 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
         if node.column_part is not None:
             return "row+column", node
     if group.ranges != node.ranges:
-        if columns is not None:
-            return None, node
         n = len(group.ranges)
         if node.is_reduction or not n or len(node.ranges) <= n or node.ranges[:n] != group.ranges:
             return None, node
@@ -251,31 +253,34 @@ COLUMN_REDUCTIONS = ("sum", "max", "min")
 
 def _column_part(group, node, config):
     """The ColumnPart under which reduction `node` (e.g. x.sum(0)) runs as a column reduction
-    inside `group`'s row reduction (x.sum(1)) reading their input once, or None: 2-d, every
-    (buffer, index) it reads is one the anchor reads at the same element, at most COLUMN_CAP
-    kept columns."""
+    inside a row reduction of `group` (x.sum(1)), or None. 2-d; the first column reduction of
+    a group picks as anchor a contiguous row reduction reading some (buffer, index) it reads at
+    the same element (read once for both); every other read walks the anchor's loop
+    contiguously (or not at all); at most COLUMN_CAP kept columns."""
     data = node.buffer.data
-    if len(node.ranges) != 1 or len(group.ranges) != 1 or group.ranges != node.rranges or any(n.inner for n in group.nodes):
+    if len(node.ranges) != 1 or len(group.ranges) != 1 or group.ranges != node.rranges:
         return None
     if data.reduction_type not in COLUMN_REDUCTIONS or data.src_dtype == torch.bool or node.read_names() & set(group.writes):
         return None
-    part = group.columns
-    if part is None:
-        anchor = next((n for n in group.nodes if n.is_reduction and n.rranges == node.ranges and _contiguous_rows(n)), None)
-        if anchor is None:
-            return None
-        part = ColumnPart(node.ranges, anchor.name, [])
-    anchor = next(n for n in group.nodes if n.name == part.anchor)
-    handler = _ReadsOps()
-    data.inner_fn(handler, *part.remapped(node))
-    reads = {(name, i) for name, idxs in handler.reads.items() for i in idxs}
-    if not reads or not reads <= {(name, i) for name, idxs in anchor.reads.items() for i in idxs}:
-        return None
-    if node.ranges[0] > COLUMN_CAP:
+    parts = [group.columns] if group.columns is not None else [
+        ColumnPart(node.ranges, n.name, []) for n in group.nodes
+        if n.is_reduction and n.rranges == node.ranges and _contiguous_rows(n)]
+    part = next((p for p in parts if _column_reads_fit(group, node, p)), None)
+    if part is not None and node.ranges[0] > COLUMN_CAP:
         log.info("not fusing %s into %s as a column reduction: %d kept columns > cap %d",
                  node.name, group.writes, node.ranges[0], COLUMN_CAP)
         return None
     return part
+
+
+def _column_reads_fit(group, node, part) -> bool:
+    handler = _ReadsOps()
+    node.buffer.data.inner_fn(handler, *part.remapped(node))
+    reads = {(name, i) for name, idxs in handler.reads.items() for i in idxs}
+    anchor = next(n for n in group.nodes if n.name == part.anchor)
+    shared = reads & {(name, i) for name, idxs in anchor.reads.items() for i in idxs}
+    column = ir.index_var("r", 0)
+    return bool(shared or part.names) and all(_coefficient(i, column) in (0, 1) for _, i in reads - shared)
 
 
 def _contiguous_rows(node) -> bool:

@@ -3,6 +3,8 @@ of the same input run in one kernel that reads the input once (scheduler.ColumnP
 codegen_reduction.row_column_body): exact loop structure, results equal to eager for every
 supported kind with NaN/inf and odd sizes, epilogues on both sides, and the cases that keep
 two kernels."""
+import logging
+
 import pytest
 import torch
 
@@ -84,6 +86,12 @@ def test_layernorm_backward_shape_row_sums_of_a_product_and_column_sums():
     assert src.count("in_ptr0[") == 1 and src.count("in_ptr1[") == 1   # one load of each input per element
 
 
+def test_column_reduction_may_also_read_another_input_contiguously():
+    x, y = torch.randn(20, 30), torch.randn(20, 30)
+    compiled = compile_fn(lambda x, y: (x.sum(1), (x + y).amax(0)), x, y)
+    assert len(compiled.kernels) == 1
+
+
 @pytest.mark.parametrize("dim", [0, 1])
 def test_fused_sums_are_at_least_as_accurate_as_eager(dim):
     x = torch.randn(1000, 1030, generator=torch.Generator().manual_seed(0)) + 0.5
@@ -109,7 +117,7 @@ def test_columns_above_the_cap_keep_two_kernels():
 
 @pytest.mark.parametrize("fn", [
     lambda x, y: (x.sum(1), y.sum(0)),                 # different inputs
-    lambda x, y: (x.sum(1), (x + y).sum(0)),           # the column reduction reads more than the row one
+    lambda x, y: (x.sum(1), (x * y.flip(1)).sum(0)),   # reads y backwards along the row loop
     lambda x, y: (x.sum(1), x.prod(0)),                # no column form for prod
     lambda x, y: (x.sum(1), (x.sum(1, keepdim=True) * x).sum(0)),  # reads the row result
 ])
@@ -117,3 +125,22 @@ def test_unfusable_pairs_keep_two_kernels(fn):
     compiled = compile_fn(fn, torch.randn(20, 30), torch.randn(20, 30))
     assert len(compiled.kernels) == 2
     assert "omp_get_thread_num" not in source(compiled)
+
+
+def test_layernorm_backward_runs_its_column_sums_in_the_row_kernel():
+    from helpers import check_model
+    from tdbg.compiler.config import current, use
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tdbg.schedule")
+    logger.addHandler(handler)
+    try:
+        with use(current().replace(logs=frozenset({"schedule"}), num_threads=2, min_chunk_size=1)):
+            check_model(torch.nn.LayerNorm(96), [torch.randn(64, 96, requires_grad=True)], check_grad=True)
+    finally:
+        logger.removeHandler(handler)
+    messages = [r.getMessage() for r in records]
+    # grad_weight = (g * xhat).sum(0) joins the row sums of g * w * xhat; grad_bias = g.sum(0) follows
+    assert any("row+column reduction: buf5 keeps 96 column accumulators" in m for m in messages), messages
+    assert any("fuse buf6 into" in m and "(column reduction, ranges [96])" in m for m in messages), messages
