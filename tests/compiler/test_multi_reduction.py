@@ -3,13 +3,11 @@ of the same input run in one kernel that reads the input once (scheduler.ColumnP
 codegen_reduction.row_column_body): exact loop structure, results equal to eager for every
 supported kind with NaN/inf and odd sizes, epilogues on both sides, and the cases that keep
 two kernels."""
-import logging
-
 import pytest
 import torch
 
 from tdbg.compiler import scheduler
-from test_vectorize import compile_fn, loop_heads, schedule_messages, source
+from test_vectorize import compile_fn, loop_heads, schedule_log, schedule_messages, source
 
 
 def row_col(x):
@@ -130,17 +128,8 @@ def test_unfusable_pairs_keep_two_kernels(fn):
 def test_layernorm_backward_runs_its_column_sums_in_the_row_kernel():
     from helpers import check_model
     from tdbg.compiler.config import current, use
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("tdbg.schedule")
-    logger.addHandler(handler)
-    try:
-        with use(current().replace(logs=frozenset({"schedule"}), num_threads=2, min_chunk_size=1)):
-            check_model(torch.nn.LayerNorm(96), [torch.randn(64, 96, requires_grad=True)], check_grad=True)
-    finally:
-        logger.removeHandler(handler)
-    messages = [r.getMessage() for r in records]
+    with schedule_log() as messages, use(current().replace(logs=frozenset({"schedule"}), num_threads=2, min_chunk_size=1)):
+        check_model(torch.nn.LayerNorm(96), [torch.randn(64, 96, requires_grad=True)], check_grad=True)
     # grad_weight = (g * xhat).sum(0) joins the row sums of g * w * xhat; grad_bias = g.sum(0) follows
     assert any("row+column reduction: buf5 keeps 96 column accumulators" in m for m in messages), messages
     assert any("fuse buf6 into" in m and "(column reduction, ranges [96])" in m for m in messages), messages

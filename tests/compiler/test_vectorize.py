@@ -1,6 +1,7 @@
 """Vectorized and cache-friendly loops: `#pragma omp simd` where it is safe (and only there),
 reduction clauses with NaN-propagating max/min, per-row scratch arrays instead of full-size
 intermediates, chunked outer reductions that walk memory contiguously, and the config switches."""
+import contextlib
 import logging
 import re
 
@@ -32,17 +33,24 @@ def source(compiled):
     return src[src.index("KERNELS = {"):src.index("NARGS")]
 
 
-def schedule_messages(fn, *inputs, **cfg):
-    records = []
+@contextlib.contextmanager
+def schedule_log():
+    """The messages logged on the `schedule` channel inside the block (a list filled as it runs)."""
+    messages = []
     handler = logging.Handler()
-    handler.emit = records.append
+    handler.emit = lambda record: messages.append(record.getMessage())
     logger = logging.getLogger("tdbg.schedule")
     logger.addHandler(handler)
     try:
-        compiled = compile_fn(fn, *inputs, logs=frozenset({"schedule"}), **cfg)
+        yield messages
     finally:
         logger.removeHandler(handler)
-    return compiled, [r.getMessage() for r in records]
+
+
+def schedule_messages(fn, *inputs, **cfg):
+    with schedule_log() as messages:
+        compiled = compile_fn(fn, *inputs, logs=frozenset({"schedule"}), **cfg)
+    return compiled, messages
 
 
 def loop_heads(src):
