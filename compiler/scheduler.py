@@ -228,6 +228,8 @@ def schedule(operations, graph_outputs, config):
 
 # fused row+column reductions: most kept columns (per-thread accumulator arrays stay in cache)
 COLUMN_CAP = 16384
+# most accumulators of all threads together: the kernel keeps them on the caller's stack
+COLUMN_TOTAL = 65536
 
 
 @dataclass
@@ -256,7 +258,7 @@ def _column_part(group, node, config):
     inside a row reduction of `group` (x.sum(1)), or None. 2-d; the first column reduction of
     a group picks as anchor a contiguous row reduction reading some (buffer, index) it reads at
     the same element (read once for both); every other read walks the anchor's loop
-    contiguously (or not at all); at most COLUMN_CAP kept columns."""
+    contiguously (or not at all); at most COLUMN_CAP kept columns and COLUMN_TOTAL over all threads."""
     data = node.buffer.data
     if len(node.ranges) != 1 or len(group.ranges) != 1 or group.ranges != node.rranges:
         return None
@@ -266,9 +268,10 @@ def _column_part(group, node, config):
         ColumnPart(node.ranges, n.name, []) for n in group.nodes
         if n.is_reduction and n.rranges == node.ranges and _contiguous_rows(n)]
     part = next((p for p in parts if _column_reads_fit(group, node, p)), None)
-    if part is not None and node.ranges[0] > COLUMN_CAP:
+    cap = min(COLUMN_CAP, COLUMN_TOTAL // kernel_threads(config))
+    if part is not None and node.ranges[0] > cap:
         log.info("not fusing %s into %s as a column reduction: %d kept columns > cap %d",
-                 node.name, group.writes, node.ranges[0], COLUMN_CAP)
+                 node.name, group.writes, node.ranges[0], cap)
         return None
     return part
 

@@ -113,6 +113,21 @@ def test_columns_above_the_cap_keep_two_kernels():
     assert any(f"{scheduler.COLUMN_CAP + 1} kept columns > cap {scheduler.COLUMN_CAP}" in m for m in messages), messages
 
 
+def test_the_cap_shrinks_with_the_thread_count():
+    x = torch.rand(3, scheduler.COLUMN_TOTAL // 8 + 1)
+    compiled, messages = schedule_messages(row_col, x, num_threads=8)
+    assert len(compiled.kernels) == 2
+    assert any(f"{scheduler.COLUMN_TOTAL // 8 + 1} kept columns > cap {scheduler.COLUMN_TOTAL // 8}" in m
+               for m in messages), messages
+    assert len(compile_fn(row_col, x[:, :-1], num_threads=8).kernels) == 1
+
+
+def test_integer_row_and_column_sums_and_extrema():
+    x = torch.randint(-100, 100, (21, 35), dtype=torch.int32)
+    compiled = compile_fn(lambda x: (x.sum(1), x.sum(0), x.amax(0), x.amin(0)), x, min_chunk_size=1)
+    assert len(compiled.kernels) == 1
+
+
 @pytest.mark.parametrize("fn", [
     lambda x, y: (x.sum(1), y.sum(0)),                 # different inputs
     lambda x, y: (x.sum(1), (x * y.flip(1)).sum(0)),   # reads y backwards along the row loop
