@@ -44,6 +44,9 @@ class Config:
     min_chunk_size: int = 4096         # least work (elements) before a loop goes parallel
     num_threads: int = 0               # 0 = torch.get_num_threads()
     enable_kernel_profile: bool = False  # kernels show up by name in torch.profiler
+    # wrapper: large outputs (and intermediates >= 32 MB) reuse an earlier call's storage once
+    # nothing can observe it (no page faults on fresh memory); off = a fresh allocation per call
+    reuse_outputs: bool = True
     # build
     cxx: str = "g++"
     # -fno-math-errno: nothing reads errno, and without it g++ keeps sqrt & co. scalar (a call
@@ -186,6 +189,7 @@ _ENV = {
     "TDBG_MAX_LOWERED_OPS": ("max_lowered_ops", int),
     "TDBG_MAX_FUSIONS": ("max_fusions", int),
     "TDBG_KERNEL_PROFILE": ("enable_kernel_profile", _flag),
+    "TDBG_REUSE_OUTPUTS": ("reuse_outputs", _flag),
     "TDBG_INJECT_BUG": ("inject_bug", parse_inject_bug),
     "TDBG_REPORT": ("report_path", str),
 }

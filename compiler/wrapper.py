@@ -256,7 +256,8 @@ class WrapperCodegen:
                 self.out_variants[item.kernel.name] = out
                 here = here + [(item.kernel.name, None)]
             allocs.append(here)
-        self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers)
+        self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers) \
+            if self.config.reuse_outputs else ({}, [])
         if self.pool_slots:
             self.line(f"_pool = _BufferPool({pool_bytes})", 1)
 

@@ -246,3 +246,14 @@ def test_pool_clear_forgets_kept_storages():
     assert pool.empty_strided((4, 4), (4, 1), dtype=torch.float32, slot=0).data_ptr() == ptr
     pool.clear()
     assert len(pool) == 0
+
+
+def test_reuse_outputs_off_allocates_every_output_fresh():
+    a, b = big(0), big(1)
+    lowering.reset_counters()
+    gm = make_fx(lambda a, b: a + b, decomposition_table=decomposition_table(current()))(a, b)
+    fresh = compile_aten(gm, [a, b], current().replace(reuse_outputs=False))
+    assert "_BufferPool(" not in fresh.source_code and "_pool." not in fresh.source_code
+    first = fresh(a, b)
+    torch.testing.assert_close(first, a + b, rtol=0, atol=0)
+    assert fresh(a, b).data_ptr() != first.data_ptr()   # `first` is alive: always true
