@@ -188,6 +188,7 @@ class CppKernel(ReductionCodegen):
         self.facts = [LoopFacts()]
         self.lane = None        # chunked outer reduction: scheduler.Lane
         self.columns = []       # fused row+column reduction: codegen_reduction.ColumnAcc per column node
+        self.producer = None    # an inner pointwise loop left open for the next reduction (Producer)
         self.group_reads = {name for n in group.nodes for name in n.read_names()}
 
     # -- statements -----------------------------------------------------------------------
@@ -300,13 +301,16 @@ class CppKernel(ReductionCodegen):
             local = sum((st * v for v, st in zip(rvars, _contiguous(node.rranges))), sympy.Integer(0))
             self.scratch[node.name] = (node.store_index, f"{arr}[{cexpr(local)}]")
         with self.loop_body() as (inner, facts):
-            self.store(node, node.body(ops), ops)
+            value = self.store(node, node.body(ops), ops)
+        if self.defer_to_consumer(node, inner, facts, value):
+            return
         loops = [Loop(v.name, s) for v, s in zip(rvars, node.rranges)]
         if loops:
             loops[-1].pragma = self.simd(f"{node.name} {rvars[-1]}", facts)
         self.block.lines.extend(LoopNest(loops).render(inner.lines))
 
     def store(self, node, value, ops):
+        """Store `node`'s value (in this kernel's loops); returns the value cast to its dtype."""
         dtype = node.buffer.dtype
         value = ops.to_dtype(value, dtype)
         self.touch(dtype)
@@ -314,12 +318,13 @@ class CppKernel(ReductionCodegen):
             self.unsafe(f"{node.name} is stored through a computed index")
         if node.name in self.scratch:
             self.emit(f"{self.scratch[node.name][1]} = {value};")
-            return
+            return value
         if not node.inner:
             # later nodes of this loop nest read the value, not memory (same index by construction)
             self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
             self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {value};")
+        return value
 
     def group_store_index(self, name):
         return next((n.store_index for n in self.group.nodes if n.name == name), None)

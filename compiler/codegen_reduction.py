@@ -10,11 +10,13 @@ row+column (`group.columns`, see scheduler.ColumnPart).
 """
 from __future__ import annotations
 
+import contextlib
 import re
+from dataclasses import dataclass
 
 import torch
 
-from .scheduler import kernel_threads
+from .scheduler import accumulates_in_producer, kernel_threads
 from .trace import get_logger
 
 log = get_logger("schedule")
@@ -97,7 +99,7 @@ class ReductionCodegen:
             self.lane_reduction(node, ops, rvars, ridx)
             return
         acc = self.fresh("acc")
-        with self.loop_body() as (inner, facts):
+        with self.reduction_body(node) as (inner, facts):
             value = node.body(ops)
             if self.columns and node.name == self.group.columns.anchor:
                 self.column_updates(ops, rvars[-1].name)
@@ -142,6 +144,45 @@ class ReductionCodegen:
         result = CppVar(f"{acc}_idx" if rtype.startswith("arg") else acc, torch.int64 if rtype.startswith("arg") else acc_dtype)
         self.block.cache[("accumulator", result.name)] = result   # defined here (see invariant_block)
         self.store(node, result, ops)
+
+    # -- accumulating inside the producer's loop ---------------------------------------------
+    def defer_to_consumer(self, node, inner, facts, value) -> bool:
+        """Leave inner pointwise `node`'s loop body open (not rendered) when the next reduction
+        accumulates inside it (scheduler.accumulates_in_producer); the log says which and why."""
+        consumer, reason = accumulates_in_producer(self.group, node, self.config)
+        if consumer is None:
+            return False
+        if reason is None and "writes tdbg_status" in facts.reasons:
+            reason = f"{node.name} writes tdbg_status"
+        if reason:
+            log.info("%s: %s keeps its own loop: %s", self.name, consumer.name, reason)
+            return False
+        log.info("%s: %s accumulates inside %s's loop (same reduction ranges, reads it at its index)",
+                 self.name, consumer.name, node.name)
+        self.producer = Producer(consumer.name, node, inner, facts, value)
+        return True
+
+    @contextlib.contextmanager
+    def reduction_body(self, node):
+        """The block of `node`'s accumulation loop: a fresh loop body, or the open body of the
+        producer loop deferred for it, where loads of the producer are its just-computed value."""
+        producer, self.producer = self.producer, None
+        if producer is not None and producer.consumer != node.name:
+            raise AssertionError(f"{producer.node.name}'s loop was left open for {producer.consumer}, not {node.name}")
+        if producer is None:
+            with self.loop_body() as body:
+                yield body
+            return
+        p = producer.node
+        outer, self.block = self.block, producer.block
+        self.facts.append(producer.facts)
+        self.stored[p.name] = (p.store_index, producer.value)
+        try:
+            yield producer.block, producer.facts
+        finally:
+            self.stored.pop(p.name, None)
+            self.facts.pop()
+            self.block = outer
 
     # -- chunked outer reductions -----------------------------------------------------------
     def lane_loop(self, what, fill):
@@ -282,6 +323,17 @@ class ReductionCodegen:
         for t in range(1, threads):
             self.block.lines.append(REDUCTION_COMBINE[c.rtype].format(acc=v, t=c.t, v=f"{c.name}[{t * n} + x0]", ridx="0"))
         self.store(node, CppVar(v, c.acc_dtype), ops)
+
+
+@dataclass
+class Producer:
+    """An inner pointwise node's loop body left open for reduction `consumer`: its block, loop
+    facts and the value it stores (what the reduction's loads of it become)."""
+    consumer: str
+    node: object
+    block: object
+    facts: object
+    value: object
 
 
 # rows per block of a fused row+column reduction: float column partials cover this many rows

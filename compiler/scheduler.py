@@ -18,6 +18,9 @@ Fusion rules (each accepted decision is a counted fusion, see lowering.take_fusi
 - a group holds at most `config.max_fusion_size` nodes.
 Buffers produced and read only inside one group (and not graph outputs) become C++ locals
 (an inner pointwise node: a scratch array holding one outer iteration, up to SCRATCH_BYTES).
+A reduction directly after an inner pointwise node it reads at that node's index, over the same
+reduction ranges, accumulates inside that node's loop (`accumulates_in_producer`, decided per
+kernel by the codegen and logged: softmax's sum of the exp).
 """
 from __future__ import annotations
 
@@ -319,6 +322,40 @@ def _join_columns(group, node, config):
 
 # chunked outer reductions: least contiguous run per reduction step, largest chunk (stack arrays)
 MIN_CHUNK, MAX_CHUNK = 512, 4096
+
+
+# reductions whose accumulation vectorizes (an OpenMP reduction clause); a scalar one (argmax,
+# bool max/min) would take the producer's loop down with it
+_MERGEABLE = {"sum", "prod", "max", "min", "any", "all"}
+
+
+def accumulates_in_producer(group, node, config):
+    """(consumer, reason): the reduction directly after inner pointwise `node` in `group` and why
+    it may not accumulate inside `node`'s loop (reason None: it may). It may when it has the same
+    reduction ranges and loop variables, reads `node` only at `node`'s own index (the element
+    the producer has just written), vectorizes, and neither reads through a computed index nor
+    could write tdbg_status (a bounds check or an injected bug). consumer is None when the next
+    node is no reduction reading `node`."""
+    pos = next(i for i, n in enumerate(group.nodes) if n is node)
+    nxt = group.nodes[pos + 1] if pos + 1 < len(group.nodes) else None
+    if nxt is None or not nxt.is_reduction or node.name not in nxt.reads:
+        return None, None
+    data = nxt.buffer.data
+    producer_vars = [v for v in node.index if v.is_Symbol and v.name.startswith("r")]
+    indices = [i for n in (node, nxt) for idxs in n.reads.values() for i in idxs]
+    if group.lane is not None or group.columns is not None:
+        reason = "the group runs chunked or row+column"
+    elif nxt.rranges != node.rranges or [v for v in nxt.rindex if v.is_Symbol] != producer_vars:
+        reason = f"reduction ranges {nxt.rranges} differ from {node.rranges}"
+    elif any(i != node.store_index for i in nxt.reads[node.name]):
+        reason = f"it reads {node.name} at another index"
+    elif data.reduction_type not in _MERGEABLE or (data.reduction_type in ("max", "min") and data.src_dtype == torch.bool):
+        reason = f"a {data.reduction_type} reduction would make the loop scalar"
+    elif any(s.name.startswith("indirect") for i in indices for s in i.free_symbols) or config.inject_bug is not None:
+        reason = "a computed index or an injected bug may write tdbg_status"
+    else:
+        reason = None
+    return nxt, reason
 
 
 def kernel_threads(config) -> int:

@@ -2,11 +2,18 @@
 of the same input run in one kernel that reads the input once (scheduler.ColumnPart,
 codegen_reduction.row_column_body): exact loop structure, results equal to eager for every
 supported kind with NaN/inf and odd sizes, epilogues on both sides, and the cases that keep
-two kernels."""
+two kernels. A reduction reading the inner pointwise node just before it (softmax's sum of
+the exp) accumulates inside that node's loop (scheduler.accumulates_in_producer), and keeps its
+own loop when that is not safe."""
+import re
+from types import SimpleNamespace
+
 import pytest
+import sympy
 import torch
 
 from tdbg.compiler import scheduler
+from tdbg.compiler.config import current
 from test_vectorize import compile_fn, loop_heads, schedule_log, schedule_messages, source
 
 
@@ -148,3 +155,85 @@ def test_layernorm_backward_runs_its_column_sums_in_the_row_kernel():
     # grad_weight = (g * xhat).sum(0) joins the row sums of g * w * xhat; grad_bias = g.sum(0) follows
     assert any("row+column reduction: buf5 keeps 96 column accumulators" in m for m in messages), messages
     assert any("fuse buf6 into" in m and "(column reduction, ranges [96])" in m for m in messages), messages
+
+
+# -- a reduction accumulating inside the loop of the inner pointwise node it reads ------------
+ROWS_NAN_INF = {1: float("nan"), 2: float("inf"), 4: -float("inf")}
+
+
+def rows_with_nan_inf(n):
+    x = torch.randn(6, n, generator=torch.Generator().manual_seed(n))
+    for row, value in ROWS_NAN_INF.items():
+        x[row, n // 2] = value
+    x[3, :] = -float("inf")
+    x[5, :] = float("inf")
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 17, 1023, 1025])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_sum_in_the_exp_loop_matches_eager_with_nan_inf_rows(op, n):
+    fn = lambda x: getattr(torch, op)(x, -1)  # noqa: E731
+    x = rows_with_nan_inf(n)
+    with schedule_log() as messages:
+        compiled = compile_fn(fn, x, logs=frozenset({"schedule"}))
+    merged = [m for m in messages if "accumulates inside" in m]
+    assert merged == ([] if n == 1 else [f"{compiled.kernels[0]}: buf2 accumulates inside buf1's loop "
+                                         "(same reduction ranges, reads it at its index)"]), messages
+    if n > 128:
+        tail = f"for (int64_t r0 = r0b; r0 < (r0b + 128 < {n} ? r0b + 128 : {n}); ++r0)"
+        heads = [re.sub(r"acc\d+p", "accp", h) for h in loop_heads(source(compiled))]
+        # the sum's partial block wraps the exp loop; the epilogue loop follows
+        assert heads[heads.index(tail) - 2:heads.index(tail) + 2] == [
+            f"for (int64_t r0b = 0; r0b < {n}; r0b += 128)", "#pragma omp simd simdlen(32) reduction(+:accp)",
+            tail, "#pragma omp simd simdlen(8)"], heads
+
+
+def test_max_of_the_producer_accumulates_nan_aware_in_its_loop():
+    x = rows_with_nan_inf(300)
+    compiled, messages = schedule_messages(lambda x: (lambda y: (y.amax(-1), y.amin(-1), y * 3))(
+        (x - x.mean(-1, keepdim=True)).exp()), x)
+    assert any("buf2 accumulates inside buf1's loop" in m for m in messages), messages
+    src = source(compiled)
+    assert "reduction(max:acc8) reduction(|:acc8_nan)" in src and "if (acc8_nan) acc8 = " in src
+
+
+def test_argmax_of_the_producer_keeps_its_own_loop():
+    fn = lambda x: (lambda y: (y.argmax(-1), y * 3))((x - x.amax(-1, keepdim=True)).exp())  # noqa: E731
+    compiled, messages = schedule_messages(fn, rows_with_nan_inf(40))
+    assert any("buf2 keeps its own loop: a argmax reduction would make the loop scalar" in m for m in messages), messages
+    heads = loop_heads(source(compiled))
+    # max loop, the exp loop (vectorized), the scalar argmax loop, the mul loop
+    assert heads.count("for (int64_t r0 = 0; r0 < 40; ++r0)") == 4 and heads.count("#pragma omp simd simdlen(8)") == 2
+
+
+def test_injected_bug_keeps_the_reduction_in_its_own_loop():
+    x = torch.randn(4, 40)
+    with schedule_log() as messages:
+        compiled = compile_fn(lambda x: torch.softmax(x, -1) * 1, x, logs=frozenset({"schedule"}),
+                              inject_bug=("neg", "runtime_error"))
+    assert any("buf2 keeps its own loop: a computed index or an injected bug may write tdbg_status" in m
+               for m in messages), messages
+    assert "for (int64_t r0 = 0; r0 < 40; ++r0)" in loop_heads(source(compiled))[4:]   # the sum's own loop
+
+
+def fake_node(name, reads, rranges=(40,), reduction=None):
+    x0, r0 = sympy.Symbol("x0", integer=True), sympy.Symbol("r0", integer=True)
+    data = SimpleNamespace(reduction_type=reduction, src_dtype=torch.float32)
+    return SimpleNamespace(name=name, reads=reads, rranges=rranges, is_reduction=reduction is not None,
+                           index=[x0] if reduction else [x0, r0], rindex=[r0] if reduction else [],
+                           store_index=40 * x0 + r0, buffer=SimpleNamespace(data=data))
+
+
+@pytest.mark.parametrize("read, rranges, reason", [
+    (lambda x0, r0: 40 * x0 + r0, (40,), None),
+    (lambda x0, r0: 40 * x0 + 39 - r0, (40,), "it reads buf1 at another index"),
+    (lambda x0, r0: 40 * x0 + r0, (8, 5), "reduction ranges (8, 5) differ from (40,)"),
+])
+def test_the_reduction_accumulates_in_the_producer_only_at_its_index_and_ranges(read, rranges, reason):
+    x0, r0 = sympy.Symbol("x0", integer=True), sympy.Symbol("r0", integer=True)
+    producer = fake_node("buf1", {"in0": [40 * x0 + r0]})
+    consumer = fake_node("buf2", {"buf1": [40 * x0 + r0, sympy.expand(read(x0, r0))]}, rranges, "sum")
+    group = SimpleNamespace(nodes=[producer, consumer], lane=None, columns=None)
+    assert scheduler.accumulates_in_producer(group, producer, current()) == (consumer, reason)
+    assert scheduler.accumulates_in_producer(group, consumer, current()) == (None, None)

@@ -139,7 +139,19 @@ def test_softmax_exp_stays_in_a_per_row_scratch_array():
     assert "float scratch" in src and "[1000];" in src
     assert src.count("out_ptr") == 2      # one parameter, one store: the exp never goes to memory
     assert compiled.source_code.count("empty_strided((") == 1
-    assert src.count(SIMD) == 4           # max, exp, sum and div loops
+    # max loop; exp loop accumulating the sum (float partials per 128 elements into a double); div loop
+    assert loop_heads(src) == [
+        "#pragma omp parallel for num_threads(2)", "for (int64_t x0 = 0; x0 < 64; ++x0)",
+        "#pragma omp simd simdlen(8) reduction(max:acc0) reduction(|:acc0_nan)", "for (int64_t r0 = 0; r0 < 1000; ++r0)",
+        "for (int64_t r0b = 0; r0b < 1000; r0b += 128)",
+        "#pragma omp simd simdlen(32) reduction(+:acc6p)",
+        "for (int64_t r0 = r0b; r0 < (r0b + 128 < 1000 ? r0b + 128 : 1000); ++r0)",
+        "#pragma omp simd simdlen(8)", "for (int64_t r0 = 0; r0 < 1000; ++r0)",
+    ], src
+    body = [line.strip() for line in src.splitlines() if not line.strip().startswith("// FX")]
+    exp = body.index("float tmp5 = tdbg_exp(tmp4);")
+    assert body[exp + 1:exp + 4] == ["scratch2[r0] = tmp5;", "// accumulate", "acc6p = acc6p + static_cast<float>(tmp5);"]
+    assert src.count("scratch2[r0]") == 2   # written by the exp loop, read once by the div loop
 
 
 def test_argmax_stays_scalar_and_the_log_says_why():
