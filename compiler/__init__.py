@@ -336,7 +336,7 @@ def make_backend(config=None, inner_compile=None):
 
 def aot(gm, example_inputs, **kwargs):
     """What torch._dynamo.backends.common.aot_autograd(**kwargs)(gm, example_inputs) does, without
-    its import of torch._inductor.debug (0.3-0.5 s once per process, for AOT debug logging):
+    its import of Inductor's debug module (0.3-0.5 s once per process, for AOT debug logging):
     nested inputs flattened, the backward compiler and the compiled graph hidden from Dynamo."""
     from torch._dynamo import disable
     from torch._dynamo.utils import counters, flatten_graph_inputs
