@@ -4,7 +4,7 @@
                                  [--backends eager,torch:inductor,tdbg] [--threads 2]
 
 Per workload: each backend's first call (cold compile = first call minus a warm call) is checked
-against eager with `tdbg.minifier.accuracy.compare` (float64 reference where one can be made); a
+against eager with `tdbg.minifier.diagnose.accuracy.compare` (float64 reference where one can be made); a
 backend that fails or mismatches is reported as such in its cell and is not timed. The others
 are warmed up, then timed run by run in alternation (eager, inductor, tdbg, eager, ...); each
 run makes the same number of calls per backend, and the figure is the median time per call.
@@ -89,7 +89,7 @@ def make_runner(spec: str, fn):
         return torch.compile(fn, backend="tdbg")
     if spec.startswith("torch:"):
         return torch.compile(fn, backend=spec[len("torch:"):])
-    from tdbg.minifier.backends import resolve
+    from tdbg.minifier.runs.backends import resolve
     return torch.compile(fn, backend=resolve(spec).compiler_fn)
 
 
@@ -104,7 +104,7 @@ def describe(e: BaseException) -> str:
 def copy_bandwidth(n: int, repeat: int) -> dict:
     """GB/s of torch.add(a, b, out=c) on n float32 elements (reads 2n, writes n; no allocation)."""
     import torch
-    from tdbg.minifier.profiling import alternate, median
+    from tdbg.minifier.diagnose.profiling import alternate, median
     a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
     for _ in range(3):
         torch.add(a, b, out=c)
@@ -115,7 +115,7 @@ def copy_bandwidth(n: int, repeat: int) -> dict:
 def fault_cost(n: int, repeat: int = 5) -> dict:
     """Seconds per minor page fault: filling fresh (just mapped) memory minus filling touched memory."""
     import torch
-    from tdbg.minifier.profiling import median, timed
+    from tdbg.minifier.diagnose.profiling import median, timed
     touched = torch.empty(n)
     touched.fill_(1.0)
     fresh, warm, faults = [], [], []
@@ -134,7 +134,7 @@ def startup_cost(spec: str) -> dict:
     """One-off start-up of a compiling backend: first trivial compile minus a second trivial compile."""
     import torch
     import torch._dynamo
-    from tdbg.minifier.profiling import timed
+    from tdbg.minifier.diagnose.profiling import timed
     x = torch.randn(8)
     compiles = []
     try:
@@ -152,8 +152,8 @@ def startup_cost(spec: str) -> dict:
 
 def check_cell(cell: Cell, runner, inputs, expected, reference):
     """First (cold) call, then a warm one; compare with eager. Returns the runner when it passed."""
-    from tdbg.minifier.accuracy import compare
-    from tdbg.minifier.profiling import timed
+    from tdbg.minifier.diagnose.accuracy import compare
+    from tdbg.minifier.diagnose.profiling import timed
     try:
         cell.first_call_s, _, result = timed(runner, *inputs)
         warm = timed(runner, *inputs)[0]
@@ -172,8 +172,8 @@ def check_cell(cell: Cell, runner, inputs, expected, reference):
 def run_workload(w, backends: list, settings: Settings) -> list:
     import torch
     import torch._dynamo
-    from tdbg.minifier.accuracy import fp64_reference
-    from tdbg.minifier.profiling import alternate, median, timed
+    from tdbg.minifier.diagnose.accuracy import fp64_reference
+    from tdbg.minifier.diagnose.profiling import alternate, median, timed
     fn, inputs = w.build(settings.quick)
     expected = fn(*inputs)
     reference = fp64_reference(fn, inputs)

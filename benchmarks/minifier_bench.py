@@ -25,9 +25,9 @@ import time
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.graph_io import TensorStore, from_graph_module
-from tdbg.minifier.repro import Dump, write
-from tdbg.minifier.session import minify_dump
+from tdbg.minifier.artifacts.graph_io import TensorStore, from_graph_module
+from tdbg.minifier.artifacts.repro import Dump, write
+from tdbg.minifier.reduce.session import minify_dump
 
 BOTH = """
 def both(gm, example_inputs):
@@ -71,7 +71,7 @@ CASES = {"aot11": aot11, "chain40": chain40}
 
 def fresh_query_seconds(directory: str) -> float:
     """One query in a new interpreter: import torch and tdbg, load the dump, compile, run."""
-    code = ("from tdbg.minifier.repro import load; from tdbg.minifier.oracle import evaluate; "
+    code = ("from tdbg.minifier.artifacts.repro import load; from tdbg.minifier.reduce.oracle import evaluate; "
             f"d = load({directory!r}); evaluate(d.case.gm, d.store.values(d.case.inputs), d.spec)")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
@@ -84,7 +84,7 @@ def bench(name: str, work: str) -> dict:
     case = from_graph_module(gm, inputs, store)
     dump_dir = os.path.join(work, name, "dump")
     write(dump_dir, Dump(case, store, spec, title=name))
-    from tdbg.minifier.repro import load
+    from tdbg.minifier.artifacts.repro import load
     dump = load(dump_dir)
     start = time.perf_counter()
     report = minify_dump(dump, os.path.join(work, name, "out"), timeout=120)

@@ -28,7 +28,7 @@ def bisect(script, args, timeout, jobs, json_path):
     common.require_script(script)
     if json_path == "-":
         report_to_stderr()
-    from tdbg.minifier.bisect import bisect as run_bisect
+    from tdbg.minifier.diagnose.bisect import bisect as run_bisect
     result = run_bisect(script, list(args), {}, timeout=timeout, jobs=jobs, on_step=_progress)
     code = _exit(result)
     minify = _minify_command(result, script, args)

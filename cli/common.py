@@ -46,14 +46,14 @@ def timeout_option(default: Optional[float]):
 
 
 def require_script(script: str) -> None:
-    from tdbg.minifier.runner import check_script
+    from tdbg.minifier.runs.runner import check_script
     problem = check_script(script)
     if problem:
         fail(problem + " Give the path of a Python script that calls torch.compile.", "bad_input")
 
 
 def check_backend(name: str) -> None:
-    from tdbg.minifier.backends import BackendError, check_name
+    from tdbg.minifier.runs.backends import BackendError, check_name
     try:
         check_name(name)
     except BackendError as e:

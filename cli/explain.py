@@ -27,8 +27,8 @@ def explain(script, args, max_graph_breaks, max_recompiles, timeout, json_path):
     common.require_script(script)
     if json_path == "-":
         report_to_stderr()
-    from tdbg.minifier.explain import build_report, exceeded
-    from tdbg.minifier.runner import RunRequest, run_script
+    from tdbg.minifier.diagnose.explain import build_report, exceeded
+    from tdbg.minifier.runs.runner import RunRequest, run_script
     verdict = run_script(RunRequest(script=script, argv=list(args), backend="eager",
                                     timeout=timeout, stdout_to_stderr=json_path == "-"))
     report = build_report(verdict)

@@ -44,7 +44,7 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     minified. Writes repro.py, minifier_launcher.py, inputs/ and minify.jsonl (every query) into
     one new directory.
     """
-    from tdbg.minifier.repro import check_out_dir, is_dump_file, new_run_dir
+    from tdbg.minifier.artifacts.repro import check_out_dir, is_dump_file, new_run_dir
     out_dir = out_dir or new_run_dir()
     try:
         check_out_dir(out_dir)
@@ -54,7 +54,7 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     if not dump_mode:
         common.require_script(target)
         common.check_backend(backend)
-    from tdbg.minifier.workers import Pool
+    from tdbg.minifier.reduce.workers import Pool
     pool = Pool(timeout=timeout)  # warms up while the dump loads or the script runs
     payload = {"target": target, "mode": "dump" if dump_mode else "script", "out_dir": out_dir}
     if dump_mode:
@@ -78,7 +78,7 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
 
 
 def _load(target: str):
-    from tdbg.minifier.repro import load
+    from tdbg.minifier.artifacts.repro import load
     try:
         return load(target)
     except (OSError, ValueError, KeyError, SyntaxError) as e:
@@ -87,7 +87,7 @@ def _load(target: str):
 
 def _capture(script, args, after, level, backend, out_dir, timeout):
     """Run the script under the dumper; the Dump of the failing graph (or exit with the verdict)."""
-    from tdbg.minifier.runner import RunRequest, run_script
+    from tdbg.minifier.runs.runner import RunRequest, run_script
     cfg = common.base_config()
     verdict = None
     for lvl in (level, 3) if level < 3 else (level,):
@@ -108,7 +108,7 @@ def _capture(script, args, after, level, backend, out_dir, timeout):
 def _captured(out_dir: str, verdict: dict):
     """The dump to minify: the failing graph's files, else (a crash) the last graph dumped before
     compiling that still fails."""
-    from tdbg.minifier.repro import find_file, load
+    from tdbg.minifier.artifacts.repro import find_file, load
     if verdict.get("status") != "failed" or not os.path.isdir(out_dir):
         return None
     try:
@@ -138,7 +138,7 @@ def _cleanup_empty(path: str) -> None:
 
 
 def _minify(dump, out_dir, check_str, timeout, max_queries, pool):
-    from tdbg.minifier.session import minify_dump
+    from tdbg.minifier.reduce.session import minify_dump
     with _Progress() as progress:
         return minify_dump(dump, out_dir, check_str=check_str, timeout=timeout,
                            on_event=progress.event, max_queries=max_queries, pool=pool)
@@ -197,7 +197,7 @@ def _render(report, out_dir: str) -> None:
             f"{r.original.num_inputs} -> {r.minimized.num_inputs} inputs in {report.seconds:.1f} s "
             f"({r.stats.queries} queries, {r.stats.cache_hits} cached)")
     c.print(f"Failure: {escape(report.final.report())}")
-    from tdbg.minifier.graph_io import forward_source
+    from tdbg.minifier.artifacts.graph_io import forward_source
     c.print("\n" + escape(forward_source(r.minimized.gm.graph)))
     c.print(f"Wrote {escape(out_dir)}/: repro.py, minifier_launcher.py, inputs/, minify.jsonl")
     c.print(f"Next: python {escape(os.path.join(out_dir, 'repro.py'))}")

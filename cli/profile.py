@@ -42,7 +42,7 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
     if os.path.exists(trace_path) and not force:
         fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
     config = base_config()
-    from tdbg.minifier.profiling import ScriptFailed, profile_script
+    from tdbg.minifier.diagnose.profiling import ScriptFailed, profile_script
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     # with --json -, the script's own prints go to stderr so stdout stays one JSON document
     quiet = contextlib.redirect_stdout(sys.stderr) if json_path == "-" else contextlib.nullcontext()
@@ -133,7 +133,7 @@ def _render_compile(report) -> None:
 def _render_profile(rows: list, limit: int, title: str) -> None:
     from rich.markup import escape
     from rich.table import Table
-    from tdbg.minifier.profiling import KERNEL_NAME
+    from tdbg.minifier.diagnose.profiling import KERNEL_NAME
     t = Table(title=title)
     for col in ("name", "self CPU %", "self CPU", "CPU total", "# calls"):
         t.add_column(col, justify="left" if col == "name" else "right")

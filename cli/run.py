@@ -50,7 +50,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     if tdbg_logs:
         changes["logs"] = sorted({p.lstrip("+") for p in tdbg_logs})
         changes["verbose_logs"] = sorted({p.lstrip("+") for p in tdbg_logs if p.startswith("+")})
-    from tdbg.minifier.runner import RunRequest, run_script, parse_torch_logs
+    from tdbg.minifier.runs.runner import RunRequest, run_script, parse_torch_logs
     repro = _repro(repro_after, repro_level, out_dir)
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
                          check_accuracy=check_accuracy, config_changes=changes,
@@ -68,7 +68,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
 
 
 def _split_logs(spec: str):
-    from tdbg.minifier.runner import TORCH_LOG_CHANNELS
+    from tdbg.minifier.runs.runner import TORCH_LOG_CHANNELS
     tdbg_channels = ("compiler", "output_code", "schedule", "graph")
     parts = [p.strip() for p in spec.split(",") if p.strip()]
     unknown = [p for p in parts if p.lstrip("+") not in tdbg_channels + TORCH_LOG_CHANNELS]

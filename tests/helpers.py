@@ -1,7 +1,7 @@
 """Shared test helpers: compiled-vs-eager checks with informative failures.
 
 `check_model` runs `fn` eagerly and under `torch.compile(fn, backend=...)` on clones of the
-same inputs and fails with `tdbg.minifier.accuracy.compare`'s mismatch messages. With
+same inputs and fails with `tdbg.minifier.diagnose.accuracy.compare`'s mismatch messages. With
 `check_grad`, it also compares the gradients of every parameter (when `fn` is a module) and
 every input that requires grad, through a fixed random projection of the outputs.
 """
@@ -13,7 +13,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from tdbg.minifier.accuracy import compare, flatten, fp64_reference
+from tdbg.minifier.diagnose.accuracy import compare, flatten, fp64_reference
 
 
 def clone_inputs(inputs):

@@ -1,7 +1,7 @@
 """minifier/accuracy.py: float64-referenced comparison with exact, informative mismatches."""
 import torch
 
-from tdbg.minifier.accuracy import compare, fp64_reference
+from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
 
 
 def test_identical_outputs_pass():

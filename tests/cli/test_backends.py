@@ -1,7 +1,7 @@
 """The one backend resolver: every spelling, and clear errors for the wrong ones."""
 import pytest
 
-from tdbg.minifier import backends
+from tdbg.minifier.runs import backends
 
 
 @pytest.mark.parametrize("name", ["eager", "aot_eager", "inductor", "torch:inductor", "tdbg.compiler:compile_fx",

@@ -2,7 +2,7 @@
 counted-application bisection for lowered ops and fusions, verdict and reproduction command."""
 import pytest
 
-from tdbg.minifier import bisect as B
+from tdbg.minifier.diagnose import bisect as B
 
 DEFAULT = {"fusion": True, "decompose": True, "parallel": True, "vectorize": True, "fallback_random": False,
            "fallback_ops": [], "max_lowered_ops": None, "max_fusions": None, "inject_bug": None,

@@ -2,7 +2,7 @@
 import pytest
 
 from tdbg.cli.console import exit_code
-from tdbg.minifier import explain
+from tdbg.minifier.diagnose import explain
 
 @pytest.mark.scenario("explain_toy")
 def test_toy_example_three_graphs_two_breaks(scenarios):

@@ -43,6 +43,7 @@ def test_help_is_torch_free_and_lists_exit_codes(command):
 def test_command_parents_stay_torch_free():
     """The CLI process only starts children: importing torch there would cost seconds per command."""
     code = ("import sys; from tdbg.cli import run, bisect, explain, common; "
-            "from tdbg.minifier import runner, bisect as b, forkserver, workers, explain as e, backends; "
+            "from tdbg.minifier.runs import runner, forkserver, backends; from tdbg.minifier.reduce import workers; "
+            "from tdbg.minifier.diagnose import bisect as b, explain as e; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -124,7 +124,7 @@ def _varies(fn, inputs, expected, gm) -> str:
     """Why values cannot be compared: random ops in the graph, or eager runs that disagree; else ''."""
     import torch
 
-    from tdbg.minifier.accuracy import compare
+    from tdbg.minifier.diagnose.accuracy import compare
     seeded = torch.Tag.nondeterministic_seeded
     if any(seeded in getattr(n.target, "tags", ()) for n in gm.graph.nodes if n.op == "call_function"):
         return "random"
@@ -182,7 +182,7 @@ def check_op(op, config=None) -> dict:
     import torch
 
     from tdbg.compiler import compile_aten
-    from tdbg.minifier.accuracy import compare, fp64_reference
+    from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
 
     start = time.perf_counter()
     row = {"op": op_key(op), "samples": 0, "fallbacks": [], "kernels": 0, "detail": ""}
@@ -228,7 +228,7 @@ def check_op(op, config=None) -> dict:
 
 def _describe(mismatches, samples, aten_out, expected) -> str:
     """Which samples broke and how; notes when the traced graph itself already differs from eager."""
-    from tdbg.minifier.accuracy import compare
+    from tdbg.minifier.diagnose.accuracy import compare
     lines = []
     for m in mismatches[:3]:
         index = int(m.output.split("]")[0].split("[")[1])

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.graph_io import TensorStore, from_graph_module
+from tdbg.minifier.artifacts.graph_io import TensorStore, from_graph_module
 
 OPS = (torch.sin, torch.cos, torch.relu, torch.tanh, torch.sigmoid)
 

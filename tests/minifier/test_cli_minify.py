@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tdbg.cli.console import exit_code
-from tdbg.minifier.repro import Dump, write
+from tdbg.minifier.artifacts.repro import Dump, write
 from mincases import chain_fn, make_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

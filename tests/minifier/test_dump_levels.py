@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tdbg.compiler.config import Config
-from tdbg.minifier.dump import AccuracyError, wrap_backend
-from tdbg.minifier.repro import load
+from tdbg.minifier.artifacts.dump import AccuracyError, wrap_backend
+from tdbg.minifier.artifacts.repro import load
 
 
 def picky(gm, example_inputs):

@@ -1,7 +1,7 @@
 """The engine: fixpoint, verdict cache, progress events, and the two-culprit chain."""
 import torch
 
-from tdbg.minifier.engine import minify, size_of
+from tdbg.minifier.reduce.engine import minify, size_of
 from mincases import chain, make_case, targets  # noqa: F401  (chain is a fixture)
 
 

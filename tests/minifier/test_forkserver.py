@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tdbg.minifier import forkserver
+from tdbg.minifier.runs import forkserver
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import hashlib
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.graph_io import (InputSpec, TensorStore, case_source, from_graph_module, tensor_sha256,
+from tdbg.minifier.artifacts.graph_io import (InputSpec, TensorStore, case_source, from_graph_module, tensor_sha256,
                                     trace_source)
 from mincases import make_case
 

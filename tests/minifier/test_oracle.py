@@ -5,9 +5,9 @@ import signal
 import pytest
 import torch
 
-from tdbg.minifier.graph_io import case_source
-from tdbg.minifier.oracle import Outcome, Signature, evaluate, normalize
-from tdbg.minifier.workers import Pool
+from tdbg.minifier.artifacts.graph_io import case_source
+from tdbg.minifier.reduce.oracle import Outcome, Signature, evaluate, normalize
+from tdbg.minifier.reduce.workers import Pool
 from mincases import make_case
 
 RAISES = """
@@ -115,8 +115,8 @@ def flaky(gm, example_inputs):
 
 
 def test_a_failure_that_does_not_repeat_is_flaky_not_minified(pool, tmp_path):
-    from tdbg.minifier.repro import Dump
-    from tdbg.minifier.session import minify_dump
+    from tdbg.minifier.artifacts.repro import Dump
+    from tdbg.minifier.reduce.session import minify_dump
     case, store = make_case(two_outputs, torch.ones(3))
     source = FLAKY.replace("COUNTER", repr(str(tmp_path / "count")))
     report = minify_dump(Dump(case, store, spec(source, "flaky")), str(tmp_path / "out"), pool=pool)
@@ -126,8 +126,8 @@ def test_a_failure_that_does_not_repeat_is_flaky_not_minified(pool, tmp_path):
 
 
 def test_a_graph_that_does_not_fail_is_reported_not_minified(pool, tmp_path):
-    from tdbg.minifier.repro import Dump
-    from tdbg.minifier.session import minify_dump
+    from tdbg.minifier.artifacts.repro import Dump
+    from tdbg.minifier.reduce.session import minify_dump
     case, store = make_case(lambda x: torch.sin(x), torch.ones(3))
     report = minify_dump(Dump(case, store, spec(RAISES, "picky")), str(tmp_path / "out"), pool=pool)
     assert report.status == "no_failure" and report.first.kind == "pass"

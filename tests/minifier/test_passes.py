@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from tdbg.minifier.engine import State
-from tdbg.minifier.passes import PASSES, BY_NAME
+from tdbg.minifier.reduce.engine import State
+from tdbg.minifier.reduce.passes import PASSES, BY_NAME
 from mincases import chain, make_case, targets  # noqa: F401  (chain is a fixture)
 
 
@@ -22,7 +22,7 @@ def test_table_rows_are_named_documented_functions():
     assert len(PASSES) == 9
     for name, fn, description in PASSES:
         assert callable(fn) and description
-        assert fn.__module__.startswith("tdbg.minifier.passes.")
+        assert fn.__module__.startswith("tdbg.minifier.reduce.passes.")
 
 
 @pytest.mark.parametrize("name", [row[0] for row in PASSES])

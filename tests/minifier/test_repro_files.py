@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tdbg.cli.console import exit_code
-from tdbg.minifier import repro
-from tdbg.minifier.repro import Dump, load, render, write
+from tdbg.minifier.artifacts import repro
+from tdbg.minifier.artifacts.repro import Dump, load, render, write
 from mincases import make_case
 
 PICKY = """

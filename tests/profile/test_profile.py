@@ -104,7 +104,7 @@ def test_help_does_not_import_torch():
 
 
 def _report(**fields):
-    from tdbg.minifier.profiling import CallableProfile, ProfileReport
+    from tdbg.minifier.diagnose.profiling import CallableProfile, ProfileReport
     base = dict(script="s.py", backend="inductor", iterations=1, eager_script_s=1.0, compiled_script_s=1.0,
                 callables=[], graphs=[], stages={}, fallbacks=[], kernels=[],
                 explain={"functions": [], "totals": {}}, profiler_rows=[], eager_profiler_rows=[], trace_path=None)
@@ -113,7 +113,7 @@ def _report(**fields):
 
 
 def test_lost_speed_flags_table():
-    from tdbg.minifier.profiling import PAGE_BYTES, lost_speed_flags
+    from tdbg.minifier.diagnose.profiling import PAGE_BYTES, lost_speed_flags
     assert lost_speed_flags(_report()) == []
     fallbacks = [{"graph": "g", "fx_node": "a", "target": "aten.addmm.default"},
                  {"graph": "g", "fx_node": "b", "target": "aten.sort.default"},

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tdbg.minifier.graph_io import Case, TensorStore
-from tdbg.minifier.surgery import record_values
+from tdbg.minifier.artifacts.graph_io import Case, TensorStore
+from tdbg.minifier.reduce.surgery import record_values
 
 Event = dict
 
@@ -138,7 +138,7 @@ def minify(case: Case, test: Callable[[Case], bool], store: TensorStore, *,
            passes=None, on_event: Optional[Callable[[Event], None]] = None,
            max_queries: Optional[int] = None) -> Result:
     """Shrink `case` while `test(candidate)` says it fails the same way. `case` must fail."""
-    from tdbg.minifier.passes import PASSES
+    from tdbg.minifier.reduce.passes import PASSES
     rows = PASSES if passes is None else passes
     state = State(case, test, store, on_event, max_queries)
     start = time.perf_counter()

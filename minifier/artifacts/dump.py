@@ -22,7 +22,7 @@ import sys
 from typing import Any, Optional
 
 from tdbg.compiler.errors import TdbgError
-from tdbg.minifier.repro import LAUNCHER, REPRO, Dump, write
+from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, write
 
 LEVELS = {1: (REPRO,), 2: (REPRO, LAUNCHER), 3: (REPRO, LAUNCHER), 4: (REPRO, LAUNCHER)}
 
@@ -42,9 +42,9 @@ class AccuracyError(TdbgError):
 
 
 # backend factory (module, qualname prefix) -> the tdbg backend name a repro file uses
-KNOWN_BACKENDS = (("tdbg.compiler", "", "inductor"), ("tdbg.minifier.backends", "_eager.", "eager"),
-                  ("tdbg.minifier.backends", "_aot_eager.", "aot_eager"),
-                  ("tdbg.minifier.backends", "_inductor.", "inductor"))
+KNOWN_BACKENDS = (("tdbg.compiler", "", "inductor"), ("tdbg.minifier.runs.backends", "_eager.", "eager"),
+                  ("tdbg.minifier.runs.backends", "_aot_eager.", "aot_eager"),
+                  ("tdbg.minifier.runs.backends", "_inductor.", "inductor"))
 
 
 def backend_name(backend: Any) -> Optional[str]:
@@ -75,7 +75,7 @@ def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
     """
     if after not in ("dynamo", "aot") or level not in LEVELS:
         raise ValueError(f"repro after must be dynamo|aot and level 1..4, got {after!r}, {level!r}")
-    from tdbg.minifier.repro import new_run_dir
+    from tdbg.minifier.artifacts.repro import new_run_dir
     dumper = _Dumper(after, level, out_dir or new_run_dir(), config, backend)
     if after == "dynamo":
         return dumper.dynamo_backend
@@ -123,7 +123,7 @@ class _Dumper:
 
     # ------------------------------------------------------------ dumping
     def spec(self) -> dict:
-        from tdbg.minifier.oracle import backend_spec, config_fields
+        from tdbg.minifier.reduce.oracle import backend_spec, config_fields
         spec = {"after": self.after, "config": config_fields(self.config),
                 "check_accuracy": self.level == 4, "tolerance": None, "ignore_non_fp": False,
                 "backend": None}
@@ -138,8 +138,8 @@ class _Dumper:
             return self._write(snap, inputs, files, outcome, subdir)
 
     def _write(self, snap, inputs, files, outcome, subdir) -> str:
-        from tdbg.minifier.graph_io import TensorStore, from_graph_module
-        from tdbg.minifier.oracle import Signature
+        from tdbg.minifier.artifacts.graph_io import TensorStore, from_graph_module
+        from tdbg.minifier.reduce.oracle import Signature
         store = TensorStore()
         case = from_graph_module(snap, _realize(inputs), store)
         expected = Signature.of(outcome).to_dict() if outcome is not None else None
@@ -152,7 +152,7 @@ class _Dumper:
 
     def _failed(self, e: BaseException, kind: str, snap, inputs) -> BaseException:
         """Dump for a failure (never masking it) and hand back the exception to re-raise."""
-        from tdbg.minifier.oracle import exception_outcome
+        from tdbg.minifier.reduce.oracle import exception_outcome
         outcome = e.tdbg_outcome if hasattr(e, "tdbg_outcome") else exception_outcome(kind, e)
         try:
             path = self._dump(snap, inputs, LEVELS[self.level], outcome)
@@ -238,8 +238,8 @@ class _Checked:
         return actual
 
     def _check(self, expected, actual, args) -> None:
-        from tdbg.minifier.accuracy import compare, fp64_reference
-        from tdbg.minifier.oracle import Outcome
+        from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
+        from tdbg.minifier.reduce.oracle import Outcome
         if not compare(expected, actual):
             return
         found = compare(expected, actual, fp64_reference(self._snap, _clones(args)))

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from tdbg.compiler.errors import TdbgError
 
 # Frames from these directories are framework frames, never "the user's line".
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _FRAMEWORK_DIRS = tuple(os.path.realpath(d) + os.sep for d in (
     os.path.dirname(traceback.__file__), *(os.path.join(_ROOT, p) for p in ("minifier", "cli", "compiler"))))
 
@@ -210,7 +210,7 @@ class Session:
 
     def _checked_call(self, compiled, gm, info, args):
         import torch
-        from tdbg.minifier.accuracy import compare, fp64_reference
+        from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
         rng = torch.get_rng_state()
         with torch.no_grad():
             expected = gm(*_clone(args))

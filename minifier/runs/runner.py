@@ -1,7 +1,7 @@
 """Run a user script as __main__ in a child process, every torch.compile sent to one backend.
 
 Parent side: `run_script(RunRequest) -> dict` (the verdict). The child is
-`python -m tdbg.minifier.runner SPEC.json`; it runs the script with its own argv, records graphs
+`python -m tdbg.minifier.runs.runner SPEC.json`; it runs the script with its own argv, records graphs
 (see instrument.Session), classifies any failure and writes the verdict as JSON. A child killed
 by a signal or by the timeout still gets a verdict from the parent (stage `crash` / `timeout`),
 located by the child's events file. Nothing is left behind: the spec, events and verdict live in
@@ -29,8 +29,8 @@ from typing import Optional
 
 MAX_MESSAGE_LINES = 12
 # imported once by the warm servers of `zygote_pool`, before any run is forked
-ZYGOTE_WARM = ("torch", "torch._dynamo", "functorch.compile", "tdbg.minifier.backends", "tdbg.minifier.instrument",
-               "tdbg.minifier.runner", "tdbg.compiler.lowering")
+ZYGOTE_WARM = ("torch", "torch._dynamo", "functorch.compile", "tdbg.minifier.runs.backends", "tdbg.minifier.runs.instrument",
+               "tdbg.minifier.runs.runner", "tdbg.compiler.lowering")
 TORCH_LOG_CHANNELS = ("dynamo", "aot", "graph_breaks", "recompiles", "guards", "graph_code", "bytecode")
 
 
@@ -122,17 +122,17 @@ def _run_in(tmp: str, req: RunRequest, pool) -> dict:
 def zygote_pool(size: int):
     """A `forkserver.Pool` of up to `size` warm servers (torch, Dynamo, tdbg imported) for
     `run_script`; close it (or use it as a context manager) when done."""
-    from tdbg.minifier import forkserver
+    from tdbg.minifier.runs import forkserver
     return forkserver.Pool(ZYGOTE_WARM, size=size)
 
 
 def _forked(paths: dict, req: RunRequest, pool):
     """(exit code, timed out) of `child_main` forked from a warm server, or (None, False) when no
     server can take it. Negative codes are signals; a timed-out child's group is SIGKILLed."""
-    from tdbg.minifier import forkserver
+    from tdbg.minifier.runs import forkserver
     try:
         with pool.server() as server:
-            reply = server.call("tdbg.minifier.runner:child_main", paths["spec.json"], timeout=req.timeout,
+            reply = server.call("tdbg.minifier.runs.runner:child_main", paths["spec.json"], timeout=req.timeout,
                                 session=True, stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
     except forkserver.ServerDied:
         return None, False
@@ -146,7 +146,7 @@ def _spawn(paths: dict, req: RunRequest):
     if req.stdout_to_stderr and not req.capture:
         sys.stderr.flush()
         outs[0] = os.fdopen(os.dup(sys.stderr.fileno()), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "tdbg.minifier.runner", paths["spec.json"]],
+    proc = subprocess.Popen([sys.executable, "-m", "tdbg.minifier.runs.runner", paths["spec.json"]],
                             stdout=outs[0], stderr=outs[1], start_new_session=True)
     timed_out = False
     try:
@@ -232,8 +232,8 @@ def _child(spec: dict) -> dict:
     import types
 
     from tdbg.compiler import config as tdbg_config
-    from tdbg.minifier import instrument
-    from tdbg.minifier.backends import BackendError, resolve
+    from tdbg.minifier.runs import instrument
+    from tdbg.minifier.runs.backends import BackendError, resolve
 
     try:
         cfg = (tdbg_config.Config.from_json(spec["config_json"]) if spec["config_json"]
@@ -254,8 +254,8 @@ def _child(spec: dict) -> dict:
             return _bad_input(str(e))
         backend_fn, kind = backend.compiler_fn, backend.kind
         if repro:
-            from tdbg.minifier.dump import wrap_backend
-            from tdbg.minifier.repro import new_run_dir
+            from tdbg.minifier.artifacts.dump import wrap_backend
+            from tdbg.minifier.artifacts.repro import new_run_dir
             repro = dict(repro, out_dir=repro.get("out_dir") or new_run_dir())
             backend_fn = wrap_backend(backend_fn, config=cfg, **repro)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
@@ -323,7 +323,7 @@ def describe(exc: BaseException, session, script: str) -> dict:
     """Classify `exc` and pull out the user's line, FX node, kernel and the first lines of the error."""
     import traceback
 
-    from tdbg.minifier import instrument
+    from tdbg.minifier.runs import instrument
     chain = instrument.exception_chain(exc)
     tag = next((t for t in map(session.tag_of, chain) if t), None)
     typed = instrument.typed_error(exc)
@@ -377,7 +377,7 @@ def _user_line(chain, script: str) -> Optional[str]:
     """'file:line  code' of the user's innermost frame: Dynamo's user stack first, else the traceback."""
     import traceback
 
-    from tdbg.minifier import instrument
+    from tdbg.minifier.runs import instrument
     for e in chain:
         stack = getattr(e, "real_stack", None)
         frames = instrument.user_frames(stack) if stack else []

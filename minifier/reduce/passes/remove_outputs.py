@@ -1,6 +1,6 @@
 """Remove outputs: drop chunks of outputs (halves first, then single ones) and whatever only
 computed them."""
-from tdbg.minifier.surgery import drop_outputs, output_nodes
+from tdbg.minifier.reduce.surgery import drop_outputs, output_nodes
 
 
 def remove_outputs(state) -> None:

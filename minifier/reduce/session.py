@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tdbg.minifier import engine
-from tdbg.minifier.graph_io import Case, case_source
-from tdbg.minifier.oracle import Outcome, Signature
-from tdbg.minifier.repro import LAUNCHER, REPRO, Dump, write
-from tdbg.minifier.workers import Pool
+from tdbg.minifier.reduce import engine
+from tdbg.minifier.artifacts.graph_io import Case, case_source
+from tdbg.minifier.reduce.oracle import Outcome, Signature
+from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, write
+from tdbg.minifier.reduce.workers import Pool
 
 LOG_NAME = "minify.jsonl"
 

@@ -2,7 +2,7 @@
 failure persists. A size shared by several inputs shrinks in all of them together first (so
 broadcasting and same-shape ops stay valid), then in one input at a time; each size tries 1,
 then halves."""
-from tdbg.minifier.surgery import replace_inputs, shrunk
+from tdbg.minifier.reduce.surgery import replace_inputs, shrunk
 
 
 def _sizes(case) -> list:

@@ -45,7 +45,7 @@ def template(name: str) -> string.Template:
 
 def render(name: str, dump: Dump) -> str:
     """File text; a template field without a value raises KeyError (never a silent blank)."""
-    from tdbg.minifier.graph_io import imports_for, module_source
+    from tdbg.minifier.artifacts.graph_io import imports_for, module_source
     spec = dump.spec
     fields = {
         "title": dump.title, "failure": dump.failure.replace("\n", " "),
@@ -164,7 +164,7 @@ def load(path: str) -> Dump:
 
 
 def from_namespace(path: str, ns: dict) -> Dump:
-    from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, trace_module
+    from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, trace_module
     store = TensorStore()
     specs = tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
                             requires_grad, value)
@@ -179,7 +179,7 @@ def from_namespace(path: str, ns: dict) -> Dump:
 def reproduce(file: str, namespace: dict) -> tuple:
     """(Outcome, exit code) of running a repro file's graph in this process, as it failed."""
     from tdbg.cli.console import exit_code
-    from tdbg.minifier.oracle import Signature, evaluate
+    from tdbg.minifier.reduce.oracle import Signature, evaluate
     dump = from_namespace(file, namespace)
     outcome = evaluate(dump.case.gm, dump.store.values(dump.case.inputs), dump.spec)
     if not outcome.failed:

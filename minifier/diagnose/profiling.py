@@ -287,7 +287,7 @@ class ScriptFailed(Exception):
     `exit_code` is the script's own code when it exited non-zero without raising."""
 
     def __init__(self, run: ScriptPass, script: str):
-        from tdbg.minifier.runner import describe
+        from tdbg.minifier.runs.runner import describe
         self.mode, self.exit_code = run.mode, run.exit_code
         self.info = describe(run.error, run.session, script) if run.error is not None else None
         what = self.info["message"] if self.info else f"the script exited with code {run.exit_code}"
@@ -303,9 +303,9 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
     """
     import torch._dynamo
     from tdbg.compiler import config as tdbg_config
-    from tdbg.minifier.backends import resolve
-    from tdbg.minifier.explain import build_report
-    from tdbg.minifier.instrument import Session
+    from tdbg.minifier.runs.backends import resolve
+    from tdbg.minifier.diagnose.explain import build_report
+    from tdbg.minifier.runs.instrument import Session
 
     work = tempfile.mkdtemp(prefix="tdbg-profile-")
     cfg = (config or tdbg_config.current()).replace(
@@ -353,7 +353,7 @@ def time_split(rows: list) -> dict:
 
 def _resolve(resolve: Callable, backend: str, cfg, script: str):
     """backends.resolve, with a user backend file that fails while loading turned into a ValueError."""
-    from tdbg.minifier.backends import BackendError
+    from tdbg.minifier.runs.backends import BackendError
     try:
         return resolve(backend, cfg, script=script)
     except BackendError:

@@ -183,7 +183,7 @@ def resolve_backend(spec: dict, cfg):
 
 
 def _named(spec, cfg):
-    from tdbg.minifier.backends import resolve
+    from tdbg.minifier.runs.backends import resolve
     return resolve(spec["name"], cfg).compiler_fn
 
 
@@ -286,7 +286,7 @@ def _propagate_meta(gm, inputs) -> None:
 
 
 def _accuracy(gm, inputs, expected, actual, spec) -> Optional[Outcome]:
-    from tdbg.minifier.accuracy import compare, fp64_reference
+    from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
     opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp"))}
     if not compare(expected, actual, **opts):
         return None

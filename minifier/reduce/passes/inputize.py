@@ -1,7 +1,7 @@
 """Turn an operand into an input: a node whose result other nodes read is replaced by an input
 holding its recorded value, and what only fed it disappears. Latest nodes first, so the largest
 prefixes go first."""
-from tdbg.minifier.surgery import names, replace_with_input
+from tdbg.minifier.reduce.surgery import names, replace_with_input
 
 
 def inputize(state) -> None:

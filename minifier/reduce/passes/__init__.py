@@ -3,15 +3,15 @@
 Order matters only for speed: cheap, big cuts first; bypass, operand-to-input and shape
 shrinking polish the result. The engine repeats the table until nothing changes.
 """
-from tdbg.minifier.passes.bypass_node import bypass_node
-from tdbg.minifier.passes.consolidate_inputs import consolidate_inputs
-from tdbg.minifier.passes.dead_code import eliminate_dead_code
-from tdbg.minifier.passes.delta_debugging import delta_debugging
-from tdbg.minifier.passes.inputize import inputize
-from tdbg.minifier.passes.remove_outputs import remove_outputs
-from tdbg.minifier.passes.shrink_shapes import shrink_shapes
-from tdbg.minifier.passes.truncate_suffix import truncate_suffix
-from tdbg.minifier.passes.unused_inputs import remove_unused_inputs
+from tdbg.minifier.reduce.passes.bypass_node import bypass_node
+from tdbg.minifier.reduce.passes.consolidate_inputs import consolidate_inputs
+from tdbg.minifier.reduce.passes.dead_code import eliminate_dead_code
+from tdbg.minifier.reduce.passes.delta_debugging import delta_debugging
+from tdbg.minifier.reduce.passes.inputize import inputize
+from tdbg.minifier.reduce.passes.remove_outputs import remove_outputs
+from tdbg.minifier.reduce.passes.shrink_shapes import shrink_shapes
+from tdbg.minifier.reduce.passes.truncate_suffix import truncate_suffix
+from tdbg.minifier.reduce.passes.unused_inputs import remove_unused_inputs
 
 PASSES = (
     ("eliminate_dead_code", eliminate_dead_code, "drop nodes whose results nothing uses"),

@@ -3,7 +3,7 @@ chunk (the complement), else split finer. Values a kept node reads from a droppe
 inputs holding their recorded values, so culprits far apart in the graph can be kept together
 without everything between them.
 """
-from tdbg.minifier.surgery import keep_only, names
+from tdbg.minifier.reduce.surgery import keep_only, names
 
 
 def _chunks(items: list, n: int) -> list:

@@ -1,5 +1,5 @@
 """Remove unused inputs: drop placeholders that no node reads."""
-from tdbg.minifier.surgery import drop_unused_inputs
+from tdbg.minifier.reduce.surgery import drop_unused_inputs
 
 
 def remove_unused_inputs(state) -> None:

@@ -1,6 +1,6 @@
 """Consolidate inputs: inputs with identical contents (same bytes, shape, stride, dtype) are
 read through one input. All duplicate groups at once first, then one group at a time."""
-from tdbg.minifier.surgery import merge_inputs
+from tdbg.minifier.reduce.surgery import merge_inputs
 
 
 def _groups(case) -> list:

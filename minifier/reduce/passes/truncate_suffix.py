@@ -3,7 +3,7 @@
 Granularity G is the step between cut points, from the largest power of two down to 1; the
 shortest prefix that still fails wins.
 """
-from tdbg.minifier.surgery import keep_only, names
+from tdbg.minifier.reduce.surgery import keep_only, names
 
 
 def truncate_suffix(state) -> None:

@@ -2,7 +2,7 @@
 shape and dtype as the node's result (e.g. drop a relu or an add in the middle of a chain)."""
 import torch.fx as fx
 
-from tdbg.minifier.surgery import bypass, names, tensor_meta
+from tdbg.minifier.reduce.surgery import bypass, names, tensor_meta
 
 
 def bypass_node(state) -> None:

@@ -15,14 +15,14 @@ import contextlib
 import importlib
 import pkgutil
 
-from tdbg.minifier import forkserver
-from tdbg.minifier.oracle import Outcome
+from tdbg.minifier.runs import forkserver
+from tdbg.minifier.reduce.oracle import Outcome
 
 # imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds)
 WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
         "torch.fx.passes.fake_tensor_prop", "torch.fx.experimental.symbolic_shapes", "torch._decomp",
-        "tdbg.compiler", "tdbg.minifier.accuracy", "tdbg.minifier.backends", "tdbg.minifier.graph_io",
-        "tdbg.minifier.oracle", "tdbg.minifier.workers:warm_up")
+        "tdbg.compiler", "tdbg.minifier.diagnose.accuracy", "tdbg.minifier.runs.backends", "tdbg.minifier.artifacts.graph_io",
+        "tdbg.minifier.reduce.oracle", "tdbg.minifier.reduce.workers:warm_up")
 _TENSORS: dict = {}   # server side: sha -> tensor, filled by `remember`
 
 
@@ -52,11 +52,11 @@ class Pool:
         seen = server.state.setdefault("tensors", set())
         new = {s.sha: store.tensors[s.sha] for s in specs if s.is_tensor and s.sha not in seen}
         if new:
-            reply = server.call("tdbg.minifier.workers:remember", new, fork=False, timeout=self.timeout)
+            reply = server.call("tdbg.minifier.reduce.workers:remember", new, fork=False, timeout=self.timeout)
             if reply.kind != "ok":
                 raise forkserver.ServerDied(reply.value)
             seen.update(new)
-        reply = server.call("tdbg.minifier.workers:evaluate_query", {"source": source, "inputs": specs, "spec": spec},
+        reply = server.call("tdbg.minifier.reduce.workers:evaluate_query", {"source": source, "inputs": specs, "spec": spec},
                             timeout=self.timeout)
         return _outcome(reply)
 
@@ -86,7 +86,7 @@ def warm_up() -> None:
     """Pay one-time costs (compiler modules, FX codegen) before forking; runs no tensor code, so
     no thread pool exists yet and forking stays safe."""
     import tdbg.compiler
-    from tdbg.minifier.graph_io import trace_source
+    from tdbg.minifier.artifacts.graph_io import trace_source
     for m in pkgutil.iter_modules(tdbg.compiler.__path__):
         with contextlib.suppress(Exception):   # a module that cannot load here only loses its head start
             importlib.import_module(f"tdbg.compiler.{m.name}")
@@ -101,8 +101,8 @@ def remember(tensors: dict) -> None:
 
 def evaluate_query(msg: dict) -> dict:
     """In a forked child: the Outcome (as a dict) of the graph `msg["source"]` on its inputs."""
-    from tdbg.minifier.graph_io import TensorStore, trace_source
-    from tdbg.minifier.oracle import evaluate
+    from tdbg.minifier.artifacts.graph_io import TensorStore, trace_source
+    from tdbg.minifier.reduce.oracle import evaluate
     store = TensorStore()
     store.tensors = _TENSORS
     gm = trace_source(msg["source"])

@@ -1,5 +1,5 @@
 """Eliminate dead code: drop nodes whose results nothing uses (side-effecting ops stay)."""
-from tdbg.minifier.surgery import eliminate_dead_code as dce
+from tdbg.minifier.reduce.surgery import eliminate_dead_code as dce
 
 
 def eliminate_dead_code(state) -> None:

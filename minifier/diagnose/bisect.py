@@ -28,8 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
-from tdbg.minifier.backends import CHAIN
-from tdbg.minifier.runner import RunRequest, read_jsonl, run_script, zygote_pool
+from tdbg.minifier.runs.backends import CHAIN
+from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote_pool
 
 # name, Config change that switches the subsystem off, what it is
 SUBSYSTEMS = (

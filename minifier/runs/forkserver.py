@@ -183,7 +183,7 @@ class Client:
     def __init__(self, warm: Sequence[str]):
         to_server_r, self._w = os.pipe()
         self._r, from_server_w = os.pipe()
-        code = f"from tdbg.minifier.forkserver import serve; serve({to_server_r}, {from_server_w}, {list(warm)!r})"
+        code = f"from tdbg.minifier.runs.forkserver import serve; serve({to_server_r}, {from_server_w}, {list(warm)!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_server_r, from_server_w),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Optional
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.graph_io import Case, InputSpec, TensorStore, make_gm
+from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, make_gm
 
 
 def record_values(case: Case, store: TensorStore) -> dict:
