@@ -90,3 +90,40 @@ def script_words(script: str, args) -> list:
 def never_compiled_message(script: str) -> str:
     return (f"{script} ran to completion but never called torch.compile (nor torch._dynamo.optimize), "
             "so there is nothing to debug. Wrap the model or function in torch.compile(...) and run again.")
+
+
+def check_output_file(path: Optional[str], option: str) -> None:
+    """Before any work: fail (usage) unless `path` (a file tdbg will write; '-' is stdout) can
+    be created or replaced — its folder exists and is writable, and it is not a directory."""
+    import os
+    if not path or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        fail(f"{option} {path}: that is a directory; give a file path.", "usage")
+    if not os.path.isdir(folder):
+        fail(f"{option} {path}: the folder {folder} does not exist.", "usage")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        fail(f"{option} {path}: not writable by this user.", "usage")
+
+
+def check_output_dir(path: Optional[str], option: str, *, must_be_empty: bool = True) -> None:
+    """Before any work: fail (usage) unless `path` (a folder tdbg will create or fill) can be
+    made, and — with `must_be_empty` — holds nothing a user made (tdbg never overwrites)."""
+    import os
+    if not path:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        fail(f"{option} {path}: exists and is not a directory.", "usage")
+    if os.path.isdir(path):
+        if must_be_empty and os.listdir(path):
+            fail(f"{option} {path}: the folder exists and is not empty; tdbg never overwrites files. "
+                 "Choose another folder or remove it first.", "usage")
+        if not os.access(path, os.W_OK | os.X_OK):
+            fail(f"{option} {path}: not writable by this user.", "usage")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"{option} {path}: cannot be created ({parent} is not a writable folder).", "usage")
