@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-KINDS = ("pass", "invalid", "compile_error", "runtime_error", "accuracy", "crash", "hang")
+KINDS = ("pass", "invalid", "compile_error", "runtime_error", "accuracy", "crash", "hang", "out_of_memory")
 FAILURES = KINDS[2:]
 # config fields that describe this machine, not the bug: never written into repro files
 _MACHINE_FIELDS = ("cache_dir", "debug_dir", "report_path", "debug", "logs", "verbose_logs")
@@ -56,6 +56,8 @@ class Outcome:
             return f"crash ({_signal_name(self.signal)})" if self.signal else f"crash: {self.message}"
         if self.kind == "hang":
             return f"hang: {self.message}"
+        if self.kind == "out_of_memory":
+            return f"out of memory: {self.message}"
         if self.kind in ("compile_error", "runtime_error", "invalid"):
             return f"{self.kind.replace('_', ' ')}: {self.exc_type}: {self.pattern}"
         return "passed: compiled results match eager" if self.kind == "pass" else self.kind

@@ -53,6 +53,7 @@ class RunRequest:
     timeout: Optional[float] = None
     capture: bool = False                # keep the script's stdout/stderr (tails go in the verdict)
     stdout_to_stderr: bool = False       # not captured: the script's stdout goes to our stderr
+    env: dict = field(default_factory=dict)   # set in the child before anything else (e.g. a backend's own knobs)
 
 
 def check_script(path: str) -> Optional[str]:
@@ -235,6 +236,7 @@ def _child(spec: dict) -> dict:
     from tdbg.minifier.runs import instrument
     from tdbg.minifier.runs.backends import BackendError, resolve
 
+    os.environ.update(spec.get("env") or {})
     try:
         cfg = (tdbg_config.Config.from_json(spec["config_json"]) if spec["config_json"]
                else tdbg_config.from_env().replace(**spec["config_changes"]))
