@@ -1,9 +1,11 @@
 """Graphs and their inputs as data: readable source, content-hashed tensors, load/save.
 
 A `Case` is what the minifier shrinks: an FX GraphModule whose placeholders are, in order, the
-`inputs` (InputSpec rows). Tensor values live in a `TensorStore` keyed by the SHA-256 of their
-raw bytes (computed here with hashlib, never by the compiler under test); on disk each is
-`inputs/<sha256>.bin` holding exactly those bytes, so `sha256sum` verifies it.
+`inputs` (InputSpec rows). Tensor values live in a `TensorStore` keyed by `InputSpec.key`: the
+SHA-256 of their raw bytes (computed here with hashlib, never by the compiler under test) with the
+dtype, shape and strides those bytes are read as, since equal bytes are not equal inputs (float32
+and int32 zeros(4) share them). On disk each is `inputs/<sha256>.bin` holding exactly those bytes,
+so `sha256sum` verifies it; inputs with equal bytes share the file.
 
 The graph travels as Python source (`module_source`): a `class Repro(torch.nn.Module)` whose
 `forward` is FX's own code for the graph. `trace_source` turns that text back into the same
@@ -43,6 +45,11 @@ class InputSpec:
     def is_tensor(self) -> bool:
         return bool(self.dtype)
 
+    @property
+    def key(self) -> str:
+        """The TensorStore key: the bytes' SHA-256 and the dtype, shape and strides they are read as."""
+        return f"{self.sha}|{self.dtype}|{tuple(self.shape)}|{tuple(self.stride)}"
+
     def describe(self) -> str:
         if not self.is_tensor:
             return f"{self.name}={self.value!r}"
@@ -77,7 +84,8 @@ def dtype_from_str(name: str) -> torch.dtype:
 
 
 class TensorStore:
-    """sha -> tensor, the values behind InputSpecs. Stored tensors are detached copies."""
+    """InputSpec.key -> tensor, the values behind InputSpecs. Stored tensors are detached,
+    contiguous copies of the spec's dtype and shape (`value` gives them the spec's strides)."""
 
     def __init__(self):
         self.tensors: dict = {}
@@ -86,15 +94,15 @@ class TensorStore:
         if not isinstance(value, torch.Tensor):
             return InputSpec(name, value=value)
         t = value.detach().contiguous()
-        sha = tensor_sha256(t)
-        self.tensors.setdefault(sha, t)
-        return InputSpec(name, sha, tuple(t.shape), tuple(value.stride()), str(t.dtype),
+        spec = InputSpec(name, tensor_sha256(t), tuple(t.shape), tuple(value.stride()), str(t.dtype),
                          bool(value.requires_grad and value.is_leaf))
+        self.tensors.setdefault(spec.key, t)
+        return spec
 
     def value(self, spec: InputSpec, clone: bool = True) -> Any:
         if not spec.is_tensor:
             return spec.value
-        t = self.tensors[spec.sha]
+        t = self.tensors[spec.key]
         if tuple(t.stride()) != tuple(spec.stride) and t.numel() > 0:
             t = torch.empty_strided(spec.shape, spec.stride, dtype=t.dtype).copy_(t)
         elif clone:
@@ -113,17 +121,17 @@ class TensorStore:
             if s.is_tensor and not os.path.exists(path):
                 tmp = f"{path}.tmp{os.getpid()}"
                 with open(tmp, "wb") as f:
-                    f.write(tensor_bytes(self.tensors[s.sha]))
+                    f.write(tensor_bytes(self.tensors[s.key]))
                 os.replace(tmp, path)
 
     def load(self, specs, directory: str) -> None:
         for s in specs:
-            if s.is_tensor and s.sha not in self.tensors:
+            if s.is_tensor and s.key not in self.tensors:
                 with open(os.path.join(directory, INPUTS_DIR, f"{s.sha}.bin"), "rb") as f:
                     data = f.read()
                 if hashlib.sha256(data).hexdigest() != s.sha:
                     raise ValueError(f"input file {s.sha}.bin does not match its SHA-256 name")
-                self.tensors[s.sha] = tensor_from_bytes(data, replace(s, stride=(), requires_grad=False))
+                self.tensors[s.key] = tensor_from_bytes(data, replace(s, stride=(), requires_grad=False))
 
 
 @dataclass

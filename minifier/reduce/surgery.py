@@ -187,7 +187,7 @@ def names(nodes: Iterable[fx.Node]) -> list:
 
 def shrunk(store: TensorStore, spec: InputSpec, sizes: tuple) -> Optional[InputSpec]:
     """`spec`'s tensor cut down to `sizes` (a leading slice in each dim), real values kept."""
-    t = store.tensors[spec.sha]
+    t = store.tensors[spec.key]
     for dim, size in enumerate(sizes):
         t = t.narrow(dim, 0, size)
     t = t.clone(memory_format=torch.contiguous_format)  # fresh strides, also for size-1 dims

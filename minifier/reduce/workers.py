@@ -6,7 +6,7 @@ compiler already imported) forks a child that rebuilds the graph from its source
 outcome with that signal, one that outlives the per-query timeout is killed and becomes a `hang`;
 the minifier carries on. A server that dies or stalls is replaced (`Pool.replaced` counts them).
 
-Tensors cross to each server once (keyed by SHA-256, kept in `_TENSORS` inside the server and
+Tensors cross to each server once (keyed by InputSpec.key, kept in `_TENSORS` inside the server and
 inherited by every forked child); the graph crosses as source text.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "tor
         "torch.fx.passes.fake_tensor_prop", "torch.fx.experimental.symbolic_shapes", "torch._decomp",
         "tdbg.compiler", "tdbg.minifier.diagnose.accuracy", "tdbg.minifier.runs.backends", "tdbg.minifier.artifacts.graph_io",
         "tdbg.minifier.reduce.oracle", "tdbg.minifier.reduce.workers:warm_up")
-_TENSORS: dict = {}   # server side: sha -> tensor, filled by `remember`
+_TENSORS: dict = {}   # server side: InputSpec.key -> tensor, filled by `remember`
 
 
 class Pool:
@@ -50,7 +50,7 @@ class Pool:
 
     def _query(self, server: forkserver.Client, source: str, specs: list, store, spec: dict) -> Outcome:
         seen = server.state.setdefault("tensors", set())
-        new = {s.sha: store.tensors[s.sha] for s in specs if s.is_tensor and s.sha not in seen}
+        new = {s.key: store.tensors[s.key] for s in specs if s.is_tensor and s.key not in seen}
         if new:
             reply = server.call("tdbg.minifier.reduce.workers:remember", new, fork=False, timeout=self.timeout)
             if reply.kind != "ok":

@@ -95,3 +95,19 @@ def test_case_key_depends_on_graph_and_inputs():
 def test_input_spec_describe():
     assert InputSpec("x", "s", (2, 3), (3, 1), "torch.float32").describe() == "x: float32[2, 3]"
     assert InputSpec("n", value=4).describe() == "n=4"
+
+
+def test_inputs_with_equal_bytes_but_other_dtype_shape_or_strides_stay_apart(tmp_path):
+    # float32 zeros(4), int32 zeros(4) and float32 zeros(2, 2) have the same 16 bytes
+    store = TensorStore()
+    base = torch.arange(4.0).reshape(2, 2)
+    values = [torch.zeros(4), torch.zeros(4, dtype=torch.int32), torch.zeros(2, 2), base, base.t().contiguous().t()]
+    specs = [store.spec(f"x{i}", v) for i, v in enumerate(values)]
+    store.save(specs, str(tmp_path))
+    for s2 in (store, TensorStore()):
+        s2.load(specs, str(tmp_path))
+        got = s2.values(specs)
+        assert [(g.dtype, tuple(g.shape), g.stride()) for g in got] == \
+            [(v.dtype, tuple(v.shape), v.stride()) for v in values]
+        assert all(torch.equal(g, v) for g, v in zip(got, values))
+    assert len({s.sha for s in specs[:3]}) == 1 and len({s.key for s in specs}) == 5
