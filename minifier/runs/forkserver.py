@@ -5,12 +5,17 @@ Server (`serve`, started by `Client`): imports its `warm` entries once ("module"
 exists when it forks), then serves length-prefixed pickled requests on a pipe, one at a time:
 
 - forked (the default): it forks a child, answers `("pid", pid)`, and the child calls
-  `handler(payload)` ("module:function"), optionally in its own session and with stdout/stderr
-  redirected to files. The answer is a `Reply`: `ok` with the handler's (pickled) return value,
-  `crash` with the signal that killed the child, `exit` with the code of a child that ended
-  without an answer (a handler that raises exits 70), or `timeout` once the child outlives
-  `timeout` seconds (then the child's process group, or the child alone when it shares the
-  server's session, is SIGKILLed).
+  `handler(payload)` ("module:function"), optionally in its own session, with stdout/stderr
+  redirected to files and with a memory limit (`memory_limit` bytes of data memory on top of
+  what it inherits, RLIMIT_DATA; its subprocesses get the same ceiling). The answer is a `Reply`:
+  `ok` with the handler's (pickled) return value, `crash` with the signal that killed the child,
+  `exit` with the code of a child that ended without an answer (a handler that raises exits 70),
+  `out_of_memory` when the handler raised MemoryError, or when a child with a memory limit was
+  SIGKILLed by someone else (the kernel's OOM killer) after using at least half of it, or
+  `timeout` once the child outlives `timeout` seconds. Every reply carries the child's peak RSS.
+  A child in its own session takes its whole process group with it: the group is SIGKILLed when
+  the child times out and also when it ends, so nothing it started (a hung `sleep`, a compiler
+  daemon) outlives its request.
 - in-server (`fork=False`): the server calls the handler itself and answers `ok`/`error`. Forked
   children inherit whatever it stores in module state (e.g. tensors sent once per server).
 
@@ -24,6 +29,7 @@ import importlib
 import os
 import pickle
 import queue
+import re
 import select
 import signal
 import struct
@@ -32,22 +38,66 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 _HEADER = struct.Struct("<Q")
 STARTUP_TIMEOUT = 300.0
 MARGIN = 30.0   # slack on top of a request's timeout before the server itself counts as stuck
 HANDLER_FAILED = 70
+DEFAULT_MEMORY_FRACTION = 0.5   # of physical RAM, for one query child at a time
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 @dataclass
 class Reply:
-    kind: str                       # ok | crash | exit | timeout | error
+    kind: str                       # ok | crash | exit | out_of_memory | timeout | error
+    # out_of_memory: `value` says how (MemoryError text, or the SIGKILL and peak RSS)
     value: Any = None               # ok: the handler's result; error: the traceback text
     signal: Optional[int] = None    # crash
     code: Optional[int] = None      # exit
     seconds: Optional[float] = None  # timeout
+    peak_rss: Optional[int] = field(default=None, compare=False)   # forked: the child's peak RSS, bytes
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def default_memory_limit() -> int:
+    """DEFAULT_MEMORY_FRACTION of physical RAM, in bytes."""
+    return int(physical_memory() * DEFAULT_MEMORY_FRACTION)
+
+
+def parse_memory_limit(text: str) -> Optional[int]:
+    """'4G', '512M', '1.5GiB', '300000000' (bytes), '25%' (of RAM) -> bytes; 'none', 'off' or '0'
+    -> None (no limit). ValueError, naming the accepted forms, for anything else or under 64 MiB."""
+    t = text.strip().lower()
+    if t in ("none", "off", "0"):
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:(%)|([kmgt]?)(?:i?b)?)", t)
+    value = -1.0 if m is None else float(m[1]) * (physical_memory() / 100 if m[2] else _SIZE_UNITS[m[3]])
+    if value < 64 << 20:
+        raise ValueError(f"memory limit {text!r} is not a size of at least 64M: give bytes or a number "
+                         "with K, M, G or T (4G, 512M), a percentage of RAM (50%), or 'none'")
+    return int(value)
+
+
+def limit_memory(nbytes: int) -> None:
+    """In a child: let it allocate at most `nbytes` more data memory (RLIMIT_DATA above what it
+    already holds, so a warm process keeps its imports); a subprocess inherits the ceiling."""
+    import resource
+    cap = _data_bytes() + nbytes
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+
+def _data_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 class ServerDied(Exception):
@@ -126,21 +176,39 @@ def _forked(req: dict, server_fds: tuple, announce) -> Reply:
         _child(req, w, server_fds)
     os.close(w)
     announce(pid)
-    timeout = req.get("timeout")
+    timeout, session = req.get("timeout"), req.get("session", False)
     try:
         answer = read_msg(r, None if timeout is None else time.monotonic() + timeout)
     except TimeoutError:
-        kill_child(pid, req.get("session", False))
-        os.waitpid(pid, 0)
-        return Reply("timeout", seconds=timeout)
+        kill_child(pid, session)
+        return Reply("timeout", seconds=timeout, peak_rss=_reap(pid, session)[1])
     finally:
         os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if answer is not None:
-        return Reply("ok", answer[0])
+    status, peak = _reap(pid, session)
+    if answer is not None and len(answer) == 1:
+        return Reply("ok", answer[0], peak_rss=peak)
+    if answer is not None:      # (kind, text) from the child's own handling, e.g. MemoryError
+        return Reply(answer[0], answer[1], peak_rss=peak)
     if os.WIFSIGNALED(status):
-        return Reply("crash", signal=os.WTERMSIG(status))
-    return Reply("exit", code=os.waitstatus_to_exitcode(status))
+        sig = os.WTERMSIG(status)
+        limit = req.get("memory_limit")
+        if sig == signal.SIGKILL and limit and peak >= limit // 2:
+            return Reply("out_of_memory", f"killed by SIGKILL (the kernel's out-of-memory killer) at a peak "
+                         f"RSS of {peak / 2**30:.2f} GiB", signal=sig, peak_rss=peak)
+        return Reply("crash", signal=sig, peak_rss=peak)
+    return Reply("exit", code=os.waitstatus_to_exitcode(status), peak_rss=peak)
+
+
+def _reap(pid: int, session: bool) -> tuple:
+    """(wait status, peak RSS in bytes) of the ended child; in its own session whatever is left
+    of its process group is SIGKILLed first, while the child's zombie still holds the group id."""
+    if session:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    return status, usage.ru_maxrss * 1024
 
 
 def _child(req: dict, w: int, server_fds: tuple) -> None:
@@ -150,6 +218,8 @@ def _child(req: dict, w: int, server_fds: tuple) -> None:
             os.close(fd)
         if req.get("session"):
             os.setsid()
+        if req.get("memory_limit"):
+            limit_memory(req["memory_limit"])
         for fd, key in ((1, "stdout"), (2, "stderr")):
             if req.get(key):
                 target = os.open(req[key], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -158,6 +228,11 @@ def _child(req: dict, w: int, server_fds: tuple) -> None:
         sys.stdin = open(os.devnull)
         result = _resolve(req["handler"])(req["payload"])
         write_msg(w, (result,))
+    except MemoryError as e:
+        limit = req.get("memory_limit")
+        where = f"its memory limit of {limit / 2**30:.2f} GiB" if limit else "the memory available"
+        with contextlib.suppress(Exception):
+            write_msg(w, ("out_of_memory", f"MemoryError{': ' + str(e) if str(e) else ''} (the request used up {where})"))
     except BaseException:  # noqa: B902 - no answer + this exit code is the client's verdict
         code = HANDLER_FAILED
         with contextlib.suppress(Exception):
@@ -170,9 +245,13 @@ def _child(req: dict, w: int, server_fds: tuple) -> None:
 
 
 def kill_child(pid: int, session: bool) -> None:
-    """SIGKILL a child: its whole process group when it leads its own session."""
+    """SIGKILL a child, and its whole process group when it leads its own session (the child
+    alone too: it may not have called setsid yet)."""
+    if session:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        (os.killpg if session else os.kill)(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- client side
@@ -204,12 +283,15 @@ class Client:
             self.ready = True
 
     def call(self, handler: str, payload=None, *, timeout: Optional[float] = None, fork: bool = True,
-             session: bool = False, stdout: Optional[str] = None, stderr: Optional[str] = None) -> Reply:
-        """Run `handler(payload)` (see module doc). ServerDied when the server stops answering;
-        on any exception while a child runs (e.g. KeyboardInterrupt) the child is killed first."""
+             session: bool = False, stdout: Optional[str] = None, stderr: Optional[str] = None,
+             memory_limit: Optional[int] = None) -> Reply:
+        """Run `handler(payload)` (see module doc; `memory_limit` in bytes, None for none, forked
+        only). ServerDied when the server stops answering; on any exception while a child runs
+        (e.g. KeyboardInterrupt) the child (its group, with `session`) is killed first."""
         self.wait_ready()
         write_msg(self._w, {"handler": handler, "payload": payload, "timeout": timeout, "fork": fork,
-                            "session": session, "stdout": stdout, "stderr": stderr})
+                            "session": session, "stdout": stdout, "stderr": stderr,
+                            "memory_limit": memory_limit})
         pid = None
         try:
             if fork:

@@ -1,5 +1,6 @@
-"""The fork server: result round trip, crash -> signal, hang -> timeout killing the process group,
-redirection, and a pool that replaces a dead server. Handlers are stdlib functions, so the servers
+"""The fork server: result round trip, crash -> signal, hang -> timeout killing the process group
+(also what a finished child left behind), memory limit -> out_of_memory, redirection, and a pool
+that replaces a dead server. Handlers are stdlib functions, so the servers
 start without importing torch."""
 import os
 import signal
@@ -52,6 +53,45 @@ def test_hang_times_out_and_kills_the_process_group(server, tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the grandchild {grandchild} outlived the timeout")
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` no longer runs (absent, or a zombie waiting for init)."""
+    for _ in range(50):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_what_a_finished_child_left_running_in_its_group_is_killed(server, tmp_path):
+    pid_file = tmp_path / "sleep.pid"
+    reply = server.call("os:system", f"sleep 60 & echo $! > {pid_file}", timeout=30.0, session=True)
+    assert reply == forkserver.Reply("ok", 0)
+    assert _gone(int(pid_file.read_text())), "a process the request started outlived it"
+
+
+def test_memory_error_under_the_limit_is_its_own_reply(server):
+    reply = server.call("builtins:bytearray", 1 << 31, memory_limit=256 << 20, session=True)
+    assert reply.kind == "out_of_memory"
+    assert reply.value == "MemoryError (the request used up its memory limit of 0.25 GiB)"
+    assert reply.peak_rss < 1 << 30
+    assert server.call("builtins:len", b"x" * (64 << 20), memory_limit=256 << 20) == forkserver.Reply("ok", 64 << 20)
+
+
+def test_memory_limit_sizes():
+    ram = forkserver.physical_memory()
+    assert [forkserver.parse_memory_limit(t) for t in ("4G", "512m", "1.5GiB", "300000000", "none", "0")] == \
+        [4 << 30, 512 << 20, 3 << 29, 300000000, None, None]
+    assert forkserver.parse_memory_limit("25%") == int(ram * 0.25)
+    assert forkserver.default_memory_limit() == int(ram * forkserver.DEFAULT_MEMORY_FRACTION)
+    for bad in ("4X", "-1G", "10", "1M", "lots"):
+        with pytest.raises(ValueError, match="at least 64M"):
+            forkserver.parse_memory_limit(bad)
 
 
 def test_stdout_and_stderr_are_redirected(server, tmp_path):
