@@ -9,7 +9,7 @@ from typing import Optional
 
 import click
 
-from tdbg.cli.console import EXIT_CODES, exit_code, fail
+from tdbg.cli.console import fail, verdict_exit_code
 
 # verdict stage -> plain words shown to the user
 STAGE_WORDS = {
@@ -30,9 +30,10 @@ STAGE_WORDS = {
 
 
 def script_arguments(fn):
-    """SCRIPT and the script's own arguments (after `--`)."""
+    """SCRIPT and the script's own arguments (after `--`). SCRIPT is checked by `require_script`
+    (not by click), so a missing file and a directory get the same `bad_input` answer."""
     fn = click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS]...")(fn)
-    return click.argument("script", type=click.Path(dir_okay=False))(fn)
+    return click.argument("script", type=click.Path())(fn)
 
 
 def json_option(fn):
@@ -41,13 +42,15 @@ def json_option(fn):
 
 
 def timeout_option(default: Optional[float]):
-    return click.option("--timeout", type=float, default=default, show_default=True, metavar="SECONDS",
-                        help="Kill a run that takes longer (verdict: timeout).")
+    return click.option("--timeout", type=click.FloatRange(0, min_open=True), default=default, show_default=True,
+                        metavar="SECONDS", help="Kill a run that takes longer (verdict: timeout); more than 0.")
 
 
 def require_script(script: str) -> None:
+    """Fail (bad_input) unless `script` is an existing Python file that parses."""
+    import os
     from tdbg.minifier.runs.runner import check_script
-    problem = check_script(script)
+    problem = f"{script!r} is a directory, not a script." if os.path.isdir(script) else check_script(script)
     if problem:
         fail(problem + " Give the path of a Python script that calls torch.compile.", "bad_input")
 
@@ -61,22 +64,47 @@ def check_backend(name: str) -> None:
 
 
 def base_config(**changes):
-    """The user's tdbg config (TDBG_* environment) with the command's changes."""
+    """The user's tdbg config (TDBG_* environment) with the command's changes; a malformed
+    variable fails with `bad_input`, as in every command (see check_environment)."""
     from tdbg.compiler import config
     try:
         return config.from_env().replace(**changes)
     except ValueError as e:
-        fail(str(e), "usage")
+        fail(config_problem(e), "bad_input")
+
+
+def config_problem(e: ValueError) -> str:
+    return (f"tdbg's configuration from the environment is not usable: {e}. Fix or unset that variable "
+            "(`env | grep ^TDBG_` lists them).")
+
+
+def check_environment(uses_compiler: bool) -> None:
+    """Before any work, in every command: the TDBG_* environment (TDBG_CONFIG, TDBG_INJECT_BUG,
+    TDBG_REPRO_AFTER/LEVEL, ...) must parse, and with `uses_compiler` the compile cache folder
+    must be writable. Fails with `bad_input` naming the variable (torch-free: only the config
+    module is imported)."""
+    from tdbg.compiler import config
+    try:
+        cfg = config.from_env()
+        config.repro_from_env()
+    except ValueError as e:
+        fail(config_problem(e), "bad_input")
+    if uses_compiler:
+        _check_cache_dir(cfg.cache_dir)
+
+
+def _check_cache_dir(path: str) -> None:
+    import os
+    named = "TDBG_CACHE_DIR" if os.environ.get("TDBG_CACHE_DIR") else "the default cache folder (TDBG_CACHE_DIR unset)"
+    problem = _unwritable_dir(path)
+    if problem:
+        fail(f"{named} {path}: {problem}; tdbg's compiler keeps its built kernels there. Point TDBG_CACHE_DIR "
+             "at a folder this user can write.", "bad_input")
 
 
 def stage_exit_code(verdict: dict) -> int:
-    """The exit code for a verdict: the stage's code, or the script's own code."""
-    stage = verdict.get("stage")
-    if verdict.get("status") == "ok":
-        return exit_code("ok")
-    if stage == "script":
-        return verdict.get("exit_code") or 1
-    return exit_code(stage if stage in EXIT_CODES else "internal")
+    """The exit code for a verdict (console.verdict_exit_code, the one mapping)."""
+    return verdict_exit_code(verdict)
 
 
 def command_line(words) -> str:
@@ -94,7 +122,8 @@ def never_compiled_message(script: str) -> str:
 
 def check_output_file(path: Optional[str], option: str) -> None:
     """Before any work: fail (usage) unless `path` (a file tdbg will write; '-' is stdout) can
-    be created or replaced — its folder exists and is writable, and it is not a directory."""
+    be created or replaced — it is not a directory, its folder exists, and a file can really be
+    made there (tried, then removed: permission bits say nothing for root or for /proc)."""
     import os
     if not path or path == "-":
         return
@@ -103,27 +132,60 @@ def check_output_file(path: Optional[str], option: str) -> None:
         fail(f"{option} {path}: that is a directory; give a file path.", "usage")
     if not os.path.isdir(folder):
         fail(f"{option} {path}: the folder {folder} does not exist.", "usage")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        fail(f"{option} {path}: not writable by this user.", "usage")
+    problem = _probe(folder) or (_probe_append(path) if os.path.exists(path) else None)
+    if problem:
+        fail(f"{option} {path}: cannot be written ({problem}).", "usage")
 
 
 def check_output_dir(path: Optional[str], option: str, *, must_be_empty: bool = True) -> None:
     """Before any work: fail (usage) unless `path` (a folder tdbg will create or fill) can be
-    made, and — with `must_be_empty` — holds nothing a user made (tdbg never overwrites)."""
+    made and written, and — with `must_be_empty` — holds nothing a user made (tdbg never
+    overwrites)."""
     import os
     if not path:
         return
+    if os.path.isdir(path) and must_be_empty and os.listdir(path):
+        fail(f"{option} {path}: the folder exists and is not empty; tdbg never overwrites files. "
+             "Choose another folder or remove it first.", "usage")
+    problem = _unwritable_dir(path)
+    if problem:
+        fail(f"{option} {path}: {problem}.", "usage")
+
+
+def _unwritable_dir(path: str) -> Optional[str]:
+    """Why files cannot be written in folder `path` (made if missing), or None when they can."""
+    import os
     if os.path.exists(path) and not os.path.isdir(path):
-        fail(f"{option} {path}: exists and is not a directory.", "usage")
+        return "exists and is not a folder"
     if os.path.isdir(path):
-        if must_be_empty and os.listdir(path):
-            fail(f"{option} {path}: the folder exists and is not empty; tdbg never overwrites files. "
-                 "Choose another folder or remove it first.", "usage")
-        if not os.access(path, os.W_OK | os.X_OK):
-            fail(f"{option} {path}: not writable by this user.", "usage")
-        return
+        problem = _probe(path)
+        return f"not writable ({problem})" if problem else None
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        fail(f"{option} {path}: cannot be created ({parent} is not a writable folder).", "usage")
+    if not os.path.isdir(parent):
+        return f"cannot be created ({parent} is not a folder)"
+    problem = _probe(parent)
+    return f"cannot be created in {parent} ({problem})" if problem else None
+
+
+def _probe(folder: str) -> Optional[str]:
+    """None when a file can be created in `folder` (one is made and removed), else the OS's reason."""
+    import os
+    import tempfile
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".tdbg-probe-")
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def _probe_append(path: str) -> Optional[str]:
+    """None when the existing file `path` can be opened for writing (its contents stay as they are)."""
+    try:
+        with open(path, "a"):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)

@@ -4,16 +4,22 @@ Exit codes are one table, documented in README and in `tdbg --help`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from typing import Any, NoReturn, Optional
 
-# name -> (code, meaning). A script's own failure unrelated to compilation keeps its own code.
+# cause -> (code, meaning): the one table of exit codes. Every command maps a cause to its code
+# through `exit_code` / `verdict_exit_code` only, so the same problem exits the same way everywhere.
+# A script's own failure unrelated to compilation keeps its own code.
 EXIT_CODES = {
     "ok": (0, "success"),
-    "usage": (2, "bad command line (click's own usage errors)"),
-    "bad_input": (3, "the script or file given does not exist, does not parse, or never calls torch.compile"),
+    "usage": (2, "bad command line: an unknown option, a value out of range, an output path (--json, "
+                 "--trace, --out) that cannot be written"),
+    "bad_input": (3, "an input is unusable: the script is missing, a directory, does not parse or never calls "
+                     "torch.compile; an unknown backend or a backend file that fails to import; a malformed "
+                     "TDBG_* variable (TDBG_CONFIG, TDBG_INJECT_BUG, ...) or an unwritable TDBG_CACHE_DIR"),
     "dynamo": (10, "Dynamo failed to capture the program"),
     "aot_autograd": (11, "AOTAutograd failed (tracing, decompositions, partitioning)"),
     "lowering": (12, "the compiler could not lower an FX node"),
@@ -26,22 +32,60 @@ EXIT_CODES = {
     "backend": (19, "a backend failed in a way no more precise stage describes"),
     "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, ...)"),
     "not_reproduced": (21, "the failure did not happen, or did not happen the same way twice"),
+    "out_of_memory": (22, "a run passed its memory limit"),
     "internal": (70, "a bug in tdbg itself"),
+    "interrupted": (130, "interrupted (Ctrl-C); child processes were stopped"),
 }
 
 
 def exit_code(name: str) -> int:
+    """The code of a cause named in EXIT_CODES (a KeyError for a name not in the table)."""
     return EXIT_CODES[name][0]
+
+
+def verdict_exit_code(verdict: dict) -> int:
+    """The exit code of a run verdict ({status, stage, exit_code, compile_calls}), the same in
+    every command: ok -> 0, but a run that never called torch.compile is bad input; stage
+    `script` -> the script's own code (1 when it raised); a stage in the table -> its code;
+    anything else -> internal (an unknown stage is tdbg's bug, never a silent 0)."""
+    stage = verdict.get("stage")
+    if verdict.get("status") == "ok":
+        return exit_code("bad_input" if verdict.get("compile_calls") == 0 else "ok")
+    if stage == "script":
+        return verdict.get("exit_code") or 1
+    return exit_code(stage if stage in EXIT_CODES and stage != "ok" else "internal")
 
 
 def exit_codes_help() -> str:
     """Text block for --help epilogs (click keeps \\b paragraphs unwrapped)."""
-    rows = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.values())
-    return "\b\nExit codes:\n" + rows + "\n  other: the script's own exit code when it fails for reasons unrelated to compilation"
+    import textwrap
+    rows = "\n".join(textwrap.fill(meaning, HELP_WIDTH, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
+                     for code, meaning in EXIT_CODES.values())
+    return ("\b\nExit codes:\n" + rows + "\n  other: the script's own exit code when it fails for reasons "
+            "unrelated to compilation")
+
+
+HELP_WIDTH = 96    # the exit-code rows are kept unwrapped by click, so they are wrapped here
 
 
 _out = None
 _err = None
+_activity: list = []    # what the command is doing now, innermost last (named when Ctrl-C stops it)
+
+
+@contextlib.contextmanager
+def doing(what: str):
+    """Name the step a command is in (e.g. "the compiled run of x.py"), so an interrupt can say
+    what it stopped."""
+    _activity.append(what)
+    try:
+        yield
+    finally:
+        _activity.remove(what)
+
+
+def current_activity() -> Optional[str]:
+    return _activity[-1] if _activity else None
 
 
 def out():
@@ -75,7 +119,10 @@ def fail(message: str, code: str = "bad_input") -> NoReturn:
 
 
 def write_json(path: Optional[str], payload: dict, schema: str, version: int = 1) -> None:
-    """Write a versioned JSON document: {"schema": ..., "version": ..., ...payload}."""
+    """Write a versioned JSON document: {"schema": ..., "version": ..., ...payload}, replacing
+    `path` atomically. Commands check the path up front (common.check_output_file); a write that
+    still fails (disk full, folder removed meanwhile) is one error line and the `usage` code,
+    never a traceback, and leaves no partial file."""
     if not path:
         return
     doc = {"schema": schema, "version": version, **payload}
@@ -84,9 +131,15 @@ def write_json(path: Optional[str], payload: dict, schema: str, version: int = 1
         sys.stdout.write(text + "\n")
         return
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        fail(f"--json {path}: the result could not be written ({e.strerror or e}); the report above "
+             "is all there is of this run.", "usage")
 
 
 def render_evidence(evidence: dict[str, Any], title: str) -> None:

@@ -1,11 +1,23 @@
-"""The `tdbg` command group. Subcommands load lazily so `tdbg --help` never imports torch."""
+"""The `tdbg` command group. Subcommands load lazily so `tdbg --help` never imports torch.
+
+Every command runs inside `guarded`: the TDBG_* environment is checked before any work (one
+`bad_input` answer in every command), and Ctrl-C kills the command's child processes (they run
+in their own sessions, so the terminal's SIGINT never reaches them), lets the command unwind
+(its temporary folders are removed), and exits 130 with one line saying what was stopped.
+"""
 from __future__ import annotations
 
+import functools
 import importlib
+import os
+import signal
+import sys
+import threading
+import time
 
 import click
 
-from tdbg.cli.console import exit_codes_help
+from tdbg.cli.console import current_activity, err, exit_code, exit_codes_help
 
 # name -> (module:attribute of the click command, one-line help shown by `tdbg --help`)
 COMMANDS = {
@@ -25,13 +37,140 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not _available(name):
             return None
         module, attr = COMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module), attr)
+        return guarded(name, getattr(importlib.import_module(module), attr))
 
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+# command -> does it run tdbg's compiler (so its cache folder must be writable up front)?
+# "backend": only when its --backend is tdbg's compiler.
+USES_COMPILER = {"run": "backend", "bisect": True, "minify": "backend", "explain": False, "profile": "backend"}
+
+
+def guarded(name: str, command: click.Command) -> click.Command:
+    """`command` with its callback run after the environment check and under `_Interrupt`
+    (wrapped once; click has already parsed the arguments, so --help stays instant)."""
+    callback = command.callback
+    if getattr(callback, "tdbg_guarded", False):
+        return command
+
+    @functools.wraps(callback)
+    def run(*args, **params):
+        from tdbg.cli.common import check_environment
+        uses = USES_COMPILER.get(name, True)
+        check_environment(params.get("backend", "inductor") == "inductor" if uses == "backend" else uses)
+        with _Interrupt(name, params):
+            return callback(*args, **params)
+    run.tdbg_guarded = True
+    command.callback = run
+    return command
+
+
+class _Interrupt:
+    """Ctrl-C during a command: every descendant process is SIGKILLed at once and again every
+    REAP_S while the command unwinds (threads may still start runs), then one line and exit 130.
+    A process that has not ended GRACE_S later (a worker thread still joining), or a second
+    Ctrl-C, ends at once with the same line and code — only in a real `tdbg` process (`main`),
+    never inside a caller such as a test's CliRunner."""
+    REAP_S, GRACE_S = 0.05, 5.0
+    hard_exit = False
+
+    def __init__(self, name: str, params: dict):
+        from tdbg.cli.common import command_line
+        target = params.get("script") or params.get("target") or ""
+        self.command = command_line(["tdbg", name, *([target] if target else []), *(params.get("args") or ())])
+        self.stopping = threading.Event()
+        self.reported = threading.Lock()
+        self.saved = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.saved = signal.signal(signal.SIGINT, self._on_signal)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self.saved is not None:
+            signal.signal(signal.SIGINT, self.saved)
+        if kind is None or not issubclass(kind, KeyboardInterrupt):
+            return False
+        self.stopping.set()
+        self._report(kill_descendants())
+        raise SystemExit(exit_code("interrupted"))
+
+    def _on_signal(self, signum, frame):
+        if self.stopping.is_set() and self.hard_exit:
+            self._end_now()
+        self.stopping.set()
+        self.activity = current_activity()
+        kill_descendants()
+        threading.Thread(target=self._reap, name="tdbg-interrupt", daemon=True).start()
+        raise KeyboardInterrupt
+
+    def _reap(self):
+        deadline = time.monotonic() + self.GRACE_S
+        while time.monotonic() < deadline and not self.reported.locked():
+            kill_descendants()
+            time.sleep(self.REAP_S)
+        if self.hard_exit:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            self._end_now()
+
+    def _end_now(self):
+        self._report(kill_descendants())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code("interrupted"))
+
+    def _report(self, survivors: list) -> None:
+        if not self.reported.acquire(blocking=False):
+            return
+        during = getattr(self, "activity", None) or current_activity()
+        left = (f"child process(es) {', '.join(map(str, survivors))} could not be killed" if survivors
+                else "no child process is left running")
+        err().print(f"interrupted (Ctrl-C): {self.command} was stopped"
+                    + (f" during {during}" if during else "") + f"; {left}.", markup=False, highlight=False)
+
+
+def descendants(pid: int) -> list:
+    """Every living process below `pid` (children first), read from /proc."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":     # a zombie is already dead; only its parent's wait remains
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants() -> list:
+    """SIGKILL every descendant of this process (the whole group of each that leads its own
+    group, so what it started goes too); the pids still alive a second later."""
+    for pid in descendants(os.getpid()):
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    deadline = time.monotonic() + 1.0
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return descendants(os.getpid())
 
 
 def _available(name: str) -> bool:
@@ -51,6 +190,7 @@ def cli():
 
 
 def main():
+    _Interrupt.hard_exit = True   # a real `tdbg` process (not a test's CliRunner) may end itself
     cli(prog_name="tdbg")
 
 

@@ -11,7 +11,8 @@ A backend name is one of:
 
 `check_name(name)` validates the spelling without importing torch (for the CLI); `resolve(name,
 config)` returns a `Backend` whose `compiler_fn` is a Dynamo backend. Both raise `BackendError`
-(a ValueError) with one paragraph that lists the choices.
+(a ValueError) with one paragraph that lists the choices, or — for a user backend whose file or
+module fails while loading (a syntax error, a failing import) — names the file and line.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -129,9 +131,29 @@ def _torch_backend(func: str) -> Callable:
 def _from_module(module: str, func: str) -> Callable:
     try:
         mod = importlib.import_module(module)
-    except ImportError as e:
-        raise BackendError(f"backend '{module}:{func}': cannot import module {module!r} ({e}).") from None
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):   # the module itself, not one it imports
+            raise BackendError(f"backend '{module}:{func}': cannot import module {module!r} ({e}).") from None
+        raise _load_error(f"{module}:{func}", f"importing module {module!r}", e) from None
+    except Exception as e:  # noqa: B902 - whatever the user's module raises is bad input, not tdbg's bug
+        raise _load_error(f"{module}:{func}", f"importing module {module!r}", e) from None
     return _attribute(mod, func, f"{module}:{func}")
+
+
+def _load_error(label: str, doing: str, e: BaseException) -> BackendError:
+    """The BackendError for a user backend whose code fails while loading: the exception and
+    the file:line where it happened (a syntax error's own position; else the innermost frame
+    outside importlib)."""
+    if isinstance(e, SyntaxError):
+        where = f"{e.filename}:{e.lineno}"
+        what = f"SyntaxError: {e.msg}"
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        first = (str(e).strip().splitlines() or [""])[0]
+        what = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    return BackendError(f"backend {label!r}: {doing} failed at {where}: {what}. Fix the backend's code "
+                        "(it runs before any graph is compiled).")
 
 
 def _attribute(namespace: Any, func: str, label: str) -> Callable:
@@ -147,7 +169,10 @@ def _from_file(path: str, func: str, script: Optional[str]) -> Callable:
     stem = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(f"tdbg_user_backend_{stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: B902 - whatever the user's file raises is bad input, not tdbg's bug
+        raise _load_error(f"{path}:{func}", f"loading {path}", e) from None
     return _attribute(module, func, f"{path}:{func}")
 
 
