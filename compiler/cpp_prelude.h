@@ -99,7 +99,7 @@ TDBG_INLINE double sel(bool c, double a, double b) {
 TDBG_INLINE float clamp(float x, float lo, float hi) { return sel(lt(x, hi), sel(gt(x, lo), x, lo), hi); }
 // -0 (adding it is the identity, -0 included), or NaN when c: `y + nan_if(isnan(x))` propagates
 // NaN without a select that kills y.
-TDBG_INLINE float nan_if(bool c) { return c ? kNaN : -0.0f; }
+TDBG_INLINE float nan_if(bool c) { return sel(c, kNaN, -0.0f); }
 TDBG_INLINE float copysign(float mag, float sgn) { return __builtin_copysignf(mag, sgn); }
 #ifdef __FMA__
 TDBG_INLINE float mla(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
@@ -201,7 +201,7 @@ TDBG_INLINE float tdbg_expm1f(float x) {
   float q = expm1_small(t.r);
   int32_t n = static_cast<int32_t>(t.k);
   float big = scale(1.0f + q, n);                                  // e^x (the -1 is below 1/8 ulp)
-  float p2 = from_bits(static_cast<uint32_t>((n < 27 ? n : 0) + 127) << 23);
+  float p2 = from_bits(static_cast<uint32_t>((n & -static_cast<int32_t>(n < 27)) + 127) << 23);  // n < 27 ? n : 0
   float mid = mla(p2, q, p2 - 1.0f);                                // 2^n q + (2^n - 1), exact parts
   float y = sel(n > 26, big, mid);
   return sel(x == 0.0f, x, y) + nan_if(isnan(x));                   // keeps -0
@@ -233,7 +233,7 @@ TDBG_INLINE float tdbg_log1pf(float x) {
   float y = mla(s.k, kLn2Hi, log_mantissa(s.m, s.k * kLn2Lo)) + c / uc;
   float special = x == -1.0f ? -kInf : (x == kInf ? kInf : -0.0f);
   y = sel(lt(__builtin_fabsf(x), 0x1p-24f), x, y);                     // rounds to x; keeps -0
-  return sel((x == kInf) | (x == -1.0f), special, y) + (isnan(x) | lt(x, -1.0f) ? kNaN : -0.0f);
+  return sel((x == kInf) | (x == -1.0f), special, y) + nan_if(isnan(x) | lt(x, -1.0f));
 }
 
 TDBG_INLINE float tdbg_erff(float x) {
@@ -376,11 +376,11 @@ template <class T> TDBG_INLINE T tdbg_round(T a) {
   if constexpr (tdbg_is_float<T>) { return tdbg_nearbyint(a); } else { return a; }
 }
 template <class T> TDBG_INLINE T tdbg_floor(T a) {
-  if constexpr (tdbg_is_float<T>) { T t = tdbg_nearbyint(a), down = t - T(1); return t > a ? down : t; }
+  if constexpr (tdbg_is_float<T>) { T t = tdbg_nearbyint(a), down = t - T(1); return tdbg_detail::sel(__builtin_isgreater(t, a), down, t); }
   else { return a; }
 }
 template <class T> TDBG_INLINE T tdbg_ceil(T a) {
-  if constexpr (tdbg_is_float<T>) { T t = tdbg_nearbyint(a), up = t + T(1); return t < a ? up : t; }
+  if constexpr (tdbg_is_float<T>) { T t = tdbg_nearbyint(a), up = t + T(1); return tdbg_detail::sel(__builtin_isless(t, a), up, t); }
   else { return a; }
 }
 template <class T> TDBG_INLINE T tdbg_trunc(T a) {
