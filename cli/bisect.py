@@ -4,38 +4,66 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import err, exit_code, exit_codes_help, out, report_to_stderr, write_json
+from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 1
 
 
 @click.command(epilog=exit_codes_help() + "\n\n\bbisect exits with the failing stage's code when it finds a "
-               "failure, `not_reproduced` when every backend passes, and the script's own code when the script "
-               "fails uncompiled.")
+               "failure, `not_reproduced` when every backend passes, `bad_input` when a backend of the chain "
+               "cannot be run, and the script's own code when the script fails uncompiled.")
 @common.script_arguments
+@click.option("--backend", default="inductor", show_default=True, metavar="NAME",
+              help="The backend that fails: inductor (tdbg's compiler), torch:NAME (e.g. torch:inductor, the "
+                   "real Inductor), module:function or file.py:function. The chain walks up to it.")
 @common.timeout_option(300.0)
 @click.option("--jobs", type=click.IntRange(1), default=2, show_default=True,
               help="Child processes run at once while probing compiler subsystems.")
 @common.json_option
-def bisect(script, args, timeout, jobs, json_path):
-    """Find where SCRIPT (ARGS after --) breaks under torch.compile.
+def bisect(script, args, backend, timeout, jobs, json_path):
+    """Find where SCRIPT (ARGS after --) breaks under torch.compile with --backend.
 
-    Runs it uncompiled, then with eager, aot_eager and inductor (tdbg's compiler), each in its own
-    process with every compiled graph checked against eager. When tdbg's compiler is the first to
-    fail it goes on by itself: which graph, which compiler subsystem, then which lowered op or
-    fusion (FX node and kernel), and prints the command and environment that reproduce it.
+    Runs it uncompiled, then along the backends chain up to --backend (inductor: eager, aot_eager,
+    inductor; torch:inductor: eager, torch:aot_eager, torch:aot_eager_decomp_partition,
+    torch:inductor; any other: eager, then it), each in its own process with every compiled graph
+    checked against eager. When tdbg's compiler is the first to fail it goes on by itself: which
+    graph, which compiler subsystem, then which lowered op or fusion (FX node and kernel). When a
+    layer of the real Inductor is, torch's compiler bisector switches its subsystems off one at a
+    time and bisects the counted ones (lowerings, passes, decompositions) to the one application.
+    Prints the command and environment that reproduce it.
     """
-    common.require_script(script)
+    common.check_output_file(json_path, "--json")
     if json_path == "-":
         report_to_stderr()
+    problem = _bad_input(script, backend)
+    if problem:
+        write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
+                               "exit_code": exit_code("bad_input"), "runs": [],
+                               "verdict": {"level": "bad_input", "stage": "bad_input", "summary": problem}},
+                   JSON_SCHEMA, JSON_VERSION)
+        fail(problem, "bad_input")
     from tdbg.minifier.diagnose.bisect import bisect as run_bisect
-    result = run_bisect(script, list(args), {}, timeout=timeout, jobs=jobs, on_step=_progress)
+    result = run_bisect(script, list(args), {}, backend=backend, timeout=timeout, jobs=jobs, on_step=_progress)
     code = _exit(result)
     minify = _minify_command(result, script, args)
     render(result, minify)
     write_json(json_path, {"script": script, "argv": list(args), "exit_code": code, "minify_command": minify,
                            **result}, JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
+
+
+def _bad_input(script: str, backend: str):
+    """The one-paragraph problem with SCRIPT or --backend, or None (checked before any run)."""
+    from tdbg.minifier.runs.backends import BackendError, check_name
+    from tdbg.minifier.runs.runner import check_script
+    problem = check_script(script)
+    if problem:
+        return problem + " Give the path of a Python script that calls torch.compile."
+    try:
+        check_name(backend)
+    except BackendError as e:
+        return str(e)
+    return None
 
 
 def _progress(record: dict) -> None:
@@ -48,6 +76,8 @@ def _exit(result: dict) -> int:
     verdict = result["verdict"]
     if verdict["level"] == "none":
         return exit_code("not_reproduced")
+    if verdict["level"] == "unreachable":
+        return exit_code("bad_input")
     if verdict["level"] == "script":
         return common.stage_exit_code({"status": "failed", "stage": "script",
                                        "exit_code": (result["reference"] or {}).get("exit_code")}) \
@@ -56,28 +86,30 @@ def _exit(result: dict) -> int:
 
 
 def _minify_command(result: dict, script: str, args) -> str:
-    level = result["verdict"]["level"]
-    if level not in ("compiler", "aot_autograd"):
+    level, backend = result["verdict"]["level"], result.get("first_failing_backend")
+    if level in ("none", "script", "bad_input", "unreachable", "dynamo") or not backend:
         return ""
     stage = result["verdict"]["stage"]
-    words = ["tdbg", "minify", script, "--after", "aot", "--level",
-             "4" if stage == "accuracy" else "3" if stage in ("crash", "timeout") else "2"]
+    words = ["tdbg", "minify", script, "--after", "aot" if backend in ("inductor", "aot_eager") else "dynamo",
+             "--level", "4" if stage == "accuracy" else "3" if stage in ("crash", "timeout") else "2"]
+    if backend not in ("inductor", "aot_eager"):
+        words += ["--backend", backend]
     return common.command_line(words + (["--", *args] if args else []))
 
 
 def render(result: dict, minify: str) -> None:
     from rich.markup import escape
     c = out()
-    c.print("[bold]Backends[/] (each run compared with the uncompiled run):")
-    for row in result["backends"]:
-        status = "[green]pass[/]" if row["status"] == "ok" else f"[red]FAIL[/] ({row['stage']})"
-        c.print(f"  {row['backend']:<10} {status}")
+    _render_chain(c, result)
     if result["subsystems"]:
         c.print("[bold]Compiler subsystems[/] (switched off one at a time):")
         for row in result["subsystems"]:
             change = ", ".join(f"{k}={v}" for k, v in row["change"].items())
-            c.print(f"  {row['name']:<16} {change:<24} {escape(row['result'])}")
+            c.print(f"  {row['name']:<32} {change:<28} {escape(row['result'])}")
     for culprit in result["culprits"]:
+        if "subsystem" in culprit:
+            _render_torch_culprit(c, culprit)
+            continue
         c.print(f"[bold]Culprit {escape(culprit['kind'])}[/]: #{culprit['index']} "
                 f"(fails with {culprit['knob']}={culprit['count']}, passes with {culprit['passes_with']})")
         for key in ("fx_node", "target", "kernel", "graph"):
@@ -88,6 +120,36 @@ def render(result: dict, minify: str) -> None:
     c.print(f"[bold {color}]Verdict:[/] {escape(verdict['summary'])}")
     _render_error(c, result)
     _render_commands(c, result, minify)
+
+
+def _render_chain(c, result: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    table = Table(title="Backends chain (each run compared with the uncompiled run)", title_justify="left",
+                  show_edge=False, pad_edge=False)
+    for column in ("backend", "adds", "result", "time"):
+        table.add_column(column, justify="right" if column == "time" else "left")
+    ran = {row["backend"]: row for row in result["backends"]}
+    for backend in result.get("chain") or [row["backend"] for row in result["backends"]]:
+        row = ran.get(backend)
+        status = "not run" if row is None else "[green]pass[/]" if row["status"] == "ok" \
+            else f"[red]FAIL[/] ({row['stage']})"
+        words = (row or {}).get("adds") or ""
+        time_s = f"{row['duration_s']:.1f} s" if row and row.get("duration_s") is not None else ""
+        table.add_row(escape(backend), escape(words), status, time_s)
+    c.print(table)
+
+
+def _render_torch_culprit(c, culprit: dict) -> None:
+    from rich.markup import escape
+    if culprit["index"] is None:
+        c.print(f"[bold]{escape(culprit['subsystem'])}[/]: {escape(culprit['note'])}")
+        return
+    c.print(f"[bold]Culprit {escape(culprit['subsystem'])}[/]: #{culprit['index']} of {culprit['of']} "
+            f"(fails with #0..{culprit['index']} on, passes with {culprit['passes_with']} on)")
+    for key in ("applied", "target"):
+        if culprit.get(key):
+            c.print(f"  {key}: {escape(str(culprit[key]))}")
 
 
 def _render_error(c, result: dict) -> None:
@@ -110,6 +172,8 @@ def _render_commands(c, result: dict, minify: str) -> None:
         env = " ".join(f"{k}={common.command_line([v])}" for k, v in repro["env"].items())
         c.print("[bold]Reproduce:[/]")
         c.print(f"  {escape((env + ' ') if env else '')}{escape(common.command_line(repro['argv']))}")
+        if repro.get("checked"):
+            c.print(f"  (checked: {escape(repro['checked'])})")
     workaround = result.get("workaround")
     if workaround and workaround["passes"]:
         c.print(f"[bold]Workaround:[/] TDBG_FALLBACK_OPS={escape(','.join(workaround['fallback_ops']))} "

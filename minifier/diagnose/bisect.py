@@ -1,8 +1,10 @@
-"""Find where a compiled program goes wrong: first the backend, then inside tdbg's compiler.
+"""Find where a compiled program goes wrong: first the backend layer, then inside the compiler.
 
-`bisect(script, argv, config, ...)` runs, each in its own child process with a timeout:
+`bisect(script, argv, config, backend=NAME, ...)` runs, each in its own child process with a timeout:
   1. the script uncompiled (the reference: it must succeed, else the script itself is at fault);
-  2. the backends chain eager -> aot_eager -> inductor, every compiled graph's first call checked
+  2. the backends chain up to NAME (`chain_for`: eager -> aot_eager -> inductor for tdbg's
+     compiler; eager -> torch:aot_eager -> torch:aot_eager_decomp_partition -> torch:inductor
+     for the real Inductor; eager -> NAME for any other backend), every compiled graph's first call checked
      against eager (float64 reference, per-dtype tolerances). A backend fails when its run fails
      in any way (error, crash, timeout, accuracy mismatch, or the script failing where the
      reference succeeded). The script's printed values are not compared: timing or random
@@ -12,6 +14,11 @@
      applications (COUNTED rows: lowered ops, accepted fusions) are bisected to the smallest
      count that still fails the same way, and the report lines (Config.report_path) name the FX
      node and kernel of the last application. Finally the culprit forced to aten is confirmed.
+  3'. when a layer of torch's own chain is the first to fail (torch:aot_eager_decomp_partition,
+     torch:inductor): torch's compiler bisector (torch._inductor.compiler_bisector) drives that
+     layer's subsystems (TORCH_SUBSYSTEMS rows) inside warm forked probes (see `torch_probe`):
+     each switched off in turn, then the counted ones that fix the failure bisected to the one
+     application (e.g. the lowering of one FX node) whose enabling makes the program fail.
 
 Children fork from warm servers (runner.zygote_pool, see forkserver.py), so a probe does not
 pay for importing torch. Library code: no printing. `on_step(dict)` is called after each child
@@ -47,6 +54,62 @@ COUNTED = (
 # Config fields never shown in a reproduction command (machine-specific or set by bisect itself).
 _PRIVATE_FIELDS = ("cache_dir", "report_path")
 
+# The layers of torch's own chain, in the order torch._inductor.compiler_bisector.BACKENDS walks
+# them (its `aot_eager_decomp_partition_crossref` is left out: it checks fake tensors against
+# real ones, it is not a layer the chosen backend runs).
+TORCH_LAYERS = ("aot_eager", "aot_eager_decomp_partition", "inductor")
+# backend -> what it adds to the previous row of its chain (shown in the chain table)
+LAYER_WORDS = {
+    "eager": "Dynamo capture; FX graphs run by PyTorch",
+    "aot_eager": "+ AOTAutograd with tdbg's decompositions",
+    "inductor": "+ tdbg's compiler (generated C++)",
+    "torch:eager": "Dynamo capture; FX graphs run by PyTorch (Dynamo's eager)",
+    "torch:aot_eager": "+ AOTAutograd (functionalization, no decompositions)",
+    "torch:aot_eager_decomp_partition": "+ Inductor's decompositions and partitioner",
+    "torch:inductor": "+ Inductor (lowering, scheduling, code generation)",
+}
+# torch layer -> its subsystems as torch._inductor.compiler_bisector.BACKENDS lists them:
+# (name, kind, what switching it off changes, what it is). kind "counted": applied N times,
+# bisectable; "config": one config change; "cuda": exists only on CUDA (nothing to switch off on CPU).
+TORCH_SUBSYSTEMS = {
+    "aot_eager_decomp_partition": (
+        ("aot_eager_decomp_partition_cse", "config", {"cse": False}, "common-subexpression elimination"),
+        ("decomposition", "counted", None, "decompositions applied while tracing to aten"),
+    ),
+    "inductor": (
+        ("pre_grad_passes", "counted", None, "passes on the pre-grad (Dynamo) graph"),
+        ("joint_graph_passes", "counted", None, "passes on the joint forward+backward graph"),
+        ("post_grad_passes", "counted", None, "passes on each forward/backward aten graph"),
+        ("inductor_fallback_random", "config", {"fallback_random": True}, "Inductor's own random numbers"),
+        ("inductor_emulate_precision_casts", "config", {"emulate_precision_casts": True},
+         "low-precision rounding of intermediates as eager does"),
+        ("inductor_layout_optimization", "config", {"layout_optimization": False}, "layout (channels-last) choice"),
+        ("inductor_comprehensive_padding", "config", {"comprehensive_padding": False}, "stride padding"),
+        ("cudagraphs", "cuda", None, "CUDA graph wrapping of compiled graphs"),
+        ("lowerings", "counted", None, "aten ops lowered to Inductor IR (off: run by aten as fallback kernels)"),
+    ),
+}
+# the probe backend: resolved in the child as a module:function backend (see torch_probe)
+PROBE_BACKEND = "tdbg.minifier.diagnose.bisect:torch_probe"
+PROBE_ENV = "TDBG_TORCH_BISECT"
+
+
+def chain_for(backend: str) -> tuple:
+    """The backends chain ending at `backend`: each row adds one layer to the previous one."""
+    if backend in CHAIN:
+        return CHAIN[:CHAIN.index(backend) + 1]
+    head, _, name = backend.rpartition(":")
+    if head == "torch" and name in TORCH_LAYERS:
+        return ("eager",) + tuple(f"torch:{n}" for n in TORCH_LAYERS[:TORCH_LAYERS.index(name) + 1])
+    if backend == "torch:eager":
+        return ("torch:eager",)
+    return ("eager", backend)
+
+
+def layer_words(backend: str) -> str:
+    return LAYER_WORDS.get(backend) or (f"+ Dynamo-registered backend {backend[6:]}" if backend.startswith("torch:")
+                                        else f"+ user backend {backend}")
+
 
 class _Prober:
     """Runs the script in child processes and remembers the runs (for the JSON and the count)."""
@@ -57,14 +120,16 @@ class _Prober:
         self.on_step, self.tmp, self.runs = on_step, tmp, []
         self.base: dict = {}     # the reference run's verdict
 
-    def run(self, label: str, backend: Optional[str], changes: Optional[dict] = None) -> dict:
+    def run(self, label: str, backend: Optional[str], changes: Optional[dict] = None,
+            env: Optional[dict] = None) -> dict:
         report = os.path.join(self.tmp, f"report-{len(self.runs)}-{time.monotonic_ns()}.jsonl")
         verdict = run_script(RunRequest(script=self.script, argv=self.argv, backend=backend,
                                         check_accuracy=backend is not None,
                                         config_changes={**self.changes, **(changes or {}), "report_path": report},
-                                        timeout=self.timeout, capture=True), pool=self.pool)
+                                        timeout=self.timeout, capture=True, env=dict(env or {})), pool=self.pool)
         verdict["report"] = read_jsonl(report)
-        record = {"label": label, "backend": backend, "changes": changes or {}, "status": verdict["status"],
+        record = {"label": label, "backend": backend, "changes": changes or {}, "env": env or {},
+                  "status": verdict["status"],
                   "stage": verdict.get("stage"), "duration_s": verdict.get("duration_s"),
                   "error": _short(verdict.get("error"))}
         self.runs.append(record)
@@ -83,25 +148,28 @@ def _fails(verdict: dict, stage: Optional[str] = None) -> bool:
     return verdict["status"] != "ok" and (stage is None or verdict.get("stage") == stage)
 
 
-def bisect(script: str, argv: list, changes: Optional[dict] = None, *, timeout: float = 300.0, jobs: int = 2,
-           on_step: Optional[Callable] = None) -> dict:
-    """The bisection result (see module docstring); `changes` apply to the config every child
-    builds from its environment (so TDBG_* variables, e.g. an injected bug, carry through)."""
+def bisect(script: str, argv: list, changes: Optional[dict] = None, *, backend: str = "inductor",
+           timeout: float = 300.0, jobs: int = 2, on_step: Optional[Callable] = None) -> dict:
+    """The bisection result (see module docstring) for the chain ending at `backend`; `changes`
+    apply to the config every child builds from its environment (so TDBG_* variables, e.g. an
+    injected bug, carry through)."""
     tmp = tempfile.mkdtemp(prefix="tdbg-bisect-")
     start = time.monotonic()
     try:
         with zygote_pool(jobs) as pool:
             prober = _Prober(script, list(argv), dict(changes or {}), timeout, on_step, tmp, pool)
-            result = _bisect(prober, jobs)
+            result = _bisect(prober, jobs, backend)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result.update(runs=prober.runs, duration_s=round(time.monotonic() - start, 1))
     return result
 
 
-def _bisect(prober: _Prober, jobs: int) -> dict:
-    result = {"reference": None, "backends": [], "first_failing_backend": None, "graph": None,
-              "subsystems": [], "culprits": [], "workaround": None, "reproduce": None, "verdict": None}
+def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
+    chain = chain_for(chosen)
+    result = {"backend": chosen, "chain": list(chain), "reference": None, "backends": [],
+              "first_failing_backend": None, "graph": None, "subsystems": [], "culprits": [], "workaround": None,
+              "reproduce": None, "verdict": None}
     reference = prober.run("uncompiled", None)
     result["reference"] = _short_run(reference)
     if _fails(reference):
@@ -113,25 +181,42 @@ def _bisect(prober: _Prober, jobs: int) -> dict:
                              "summary": "the script never calls torch.compile; there is nothing to bisect"}
         return result
     failing = None
-    for backend in CHAIN:
+    for backend in chain:
         verdict = prober.run(f"backend {backend}", backend)
-        result["backends"].append({"backend": backend, **_short_run(verdict)})
+        result["backends"].append({"backend": backend, "adds": layer_words(backend), **_short_run(verdict)})
         if _fails(verdict):
             failing = verdict
             result["first_failing_backend"] = backend
             break
     if failing is None:
         result["verdict"] = {"level": "none", "stage": None,
-                             "summary": "every backend matches the uncompiled run; nothing to bisect"}
+                             "summary": f"every backend of the chain {' -> '.join(chain)} matches the uncompiled "
+                                        "run: the failure did not happen under bisect"}
         return result
     backend = result["first_failing_backend"]
     prober.base = reference   # its config is every run's config before the probe's changes
     result["reproduce"] = reproduce(prober, backend, {})
-    if backend != "inductor":
-        result["verdict"] = _chain_verdict(backend, failing)
-        return result
-    _into_compiler(prober, failing, result, jobs)
+    if failing.get("stage") == "bad_input":
+        result["verdict"] = _unreachable(chain, backend, failing)
+    elif backend == "inductor":
+        _into_compiler(prober, failing, result, jobs)
+    elif backend.startswith("torch:") and backend[6:] in TORCH_SUBSYSTEMS:
+        _into_torch(prober, failing, result, jobs)
+    else:
+        result["verdict"] = _chain_verdict(backend, failing, chain)
     return result
+
+
+def _unreachable(chain: tuple, backend: str, failing: dict) -> dict:
+    message = _first((failing.get("error") or {}).get("message"))
+    later = chain[chain.index(backend) + 1:]
+    rest = f"; nothing is known about {', '.join(later)}" if later else ""
+    return {"level": "unreachable", "stage": "bad_input",
+            "summary": f"could not run backend {backend} of the chain ({message}){rest}"}
+
+
+def _first(text) -> str:
+    return next((ln.strip() for ln in str(text or "").splitlines() if ln.strip()), "no message")
 
 
 def _short_run(verdict: dict) -> dict:
@@ -140,26 +225,34 @@ def _short_run(verdict: dict) -> dict:
             "graphs": len(verdict.get("graphs") or []), "duration_s": verdict.get("duration_s")}
 
 
-def _chain_verdict(backend: str, failing: dict) -> dict:
+# first failing backend -> (level, what is at fault); {b} is the backend, {prev} the row before it
+_CHAIN_BLAME = {
+    "eager": ("dynamo", "the eager backend fails: Dynamo (capturing the program) is at fault, not a compiler; "
+                        "see `tdbg explain` for graph breaks, or report it to PyTorch"),
+    "torch:eager": ("dynamo", "Dynamo's eager backend fails: Dynamo (capturing the program) is at fault, not a "
+                              "compiler; see `tdbg explain` for graph breaks, or report it to PyTorch"),
+    "aot_eager": ("aot_autograd", "aot_eager fails while eager passes: AOTAutograd with tdbg's decompositions is "
+                                  "at fault (tracing to aten, a decomposition, or partitioning)"),
+    "torch:aot_eager": ("aot_autograd", "torch:aot_eager fails while eager passes: AOTAutograd (tracing to aten, "
+                                        "functionalization) is at fault, before any decomposition or Inductor code"),
+}
+
+
+def _chain_verdict(backend: str, failing: dict, chain: tuple = CHAIN) -> dict:
     stage = failing.get("stage")
-    if backend == "eager":
-        return {"level": "dynamo", "stage": stage,
-                "summary": "the eager backend fails: Dynamo (capturing the program) is at fault, not a compiler; "
-                           "see `tdbg explain` for graph breaks, or report it to PyTorch"}
-    return {"level": "aot_autograd", "stage": stage,
-            "summary": "aot_eager fails while eager passes: AOTAutograd with tdbg's decompositions is at fault "
-                       "(tracing to aten, a decomposition, or partitioning)"}
+    if backend in _CHAIN_BLAME:
+        level, summary = _CHAIN_BLAME[backend]
+        return {"level": level, "stage": stage, "summary": summary}
+    prev = chain[chain.index(backend) - 1] if chain.index(backend) else None
+    where = f" while {prev} passes" if prev else ""
+    return {"level": "backend", "stage": stage,
+            "summary": f"backend {backend} fails ({stage}){where}: the bug is in that backend or what it calls; "
+                       "tdbg cannot look inside it (minify the failing graph with `tdbg minify --backend`)"}
 
 
 def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> None:
     stage = failing.get("stage")
-    err = failing.get("error") or {}
-    graphs = failing.get("graphs") or []
-    if err.get("graph") is not None and err["graph"] < len(graphs):
-        g = graphs[err["graph"]]
-        result["graph"] = {"index": g["index"], "frame": g["frame"], "ops": g["ops"], "of": len(graphs)}
-    elif err.get("graph") is not None:   # a dead child: only its events named the graph
-        result["graph"] = {"index": err["graph"], "frame": err.get("frame"), "ops": None, "of": None}
+    result["graph"] = _failing_graph(failing)
     result["subsystems"] = _subsystems(prober, stage, jobs)
     fixed_by = {row["name"] for row in result["subsystems"] if row["result"] == "passes"}
     for name, knob, key, subsystem in COUNTED:
@@ -173,6 +266,24 @@ def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> N
         result["reproduce"] = reproduce(prober, "inductor", {lowered["knob"]: lowered["count"]})
         result["workaround"] = _confirm(prober, lowered)
     result["verdict"] = _compiler_verdict(stage, result, fixed_by)
+
+
+def _failing_graph(failing: dict) -> Optional[dict]:
+    err = failing.get("error") or {}
+    graphs = failing.get("graphs") or []
+    if err.get("graph") is not None and err["graph"] < len(graphs):
+        g = graphs[err["graph"]]
+        return {"index": g["index"], "frame": g["frame"], "ops": g["ops"], "of": len(graphs)}
+    if err.get("graph") is not None:   # a dead child: only its events named the graph
+        return {"index": err["graph"], "frame": err.get("frame"), "ops": None, "of": None}
+    return None
+
+
+def _graph_words(graph: Optional[dict]) -> str:
+    if not graph:
+        return ""
+    of = f" of {graph['of']}" if graph["of"] else ""
+    return f" in graph {graph['index']}{of} (frame {graph['frame']})"
 
 
 def _subsystems(prober: _Prober, stage: str, jobs: int) -> list:
@@ -248,11 +359,7 @@ def _confirm(prober: _Prober, culprit: dict) -> Optional[dict]:
 
 
 def _compiler_verdict(stage: str, result: dict, fixed_by: set) -> dict:
-    parts = [f"tdbg's compiler fails ({stage})"]
-    if result["graph"]:
-        g = result["graph"]
-        of = f" of {g['of']}" if g["of"] else ""
-        parts.append(f"in graph {g['index']}{of} (frame {g['frame']})")
+    parts = [f"tdbg's compiler fails ({stage}){_graph_words(result['graph'])}"]
     if fixed_by:
         parts.append("; the failure goes away without " + ", ".join(sorted(fixed_by)))
     for c in result["culprits"]:
@@ -276,3 +383,193 @@ def reproduce(prober: _Prober, backend: str, changes: dict) -> dict:
     if prober.argv:
         argv += ["--", *prober.argv]
     return {"env": env, "argv": argv}
+
+
+# -- torch's own layers (driven by torch._inductor.compiler_bisector) ------------------------------
+# counted subsystem -> how one of its applications reads ({0}: the bisector's debug info)
+_APPLICATION_WORDS = {
+    "lowerings": "the lowering of FX node {0}",
+    "decomposition": "the decomposition of {0}",
+}
+
+
+def _into_torch(prober: _Prober, failing: dict, result: dict, jobs: int) -> None:
+    """Probe the subsystems of the failing torch layer, then bisect the counted ones that fix it."""
+    backend = result["first_failing_backend"]
+    layer, stage = backend[len("torch:"):], failing.get("stage")
+    result["graph"] = _failing_graph(failing)
+
+    def probe(row):
+        name, kind, change, what = row
+        entry = {"name": name, "kind": kind, "change": change or {}, "what": what}
+        if kind == "cuda":
+            return {**entry, "result": "not probed: it exists only for CUDA graphs and this run is on CPU"}
+        verdict, out = _torch_probe(prober, layer, name, "disable")
+        return {**entry, "result": _probe_outcome(verdict, out, stage)}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        result["subsystems"] = list(pool.map(probe, TORCH_SUBSYSTEMS[layer]))
+    for row in result["subsystems"]:
+        if row["kind"] == "counted" and row["result"] == "passes":
+            result["culprits"].append(_bisect_torch_count(prober, layer, row["name"], stage))
+    found = next((c for c in result["culprits"] if c.get("index") is not None), None)
+    if found:
+        result["reproduce"] = _torch_reproduce(prober, layer, found, stage)
+    result["verdict"] = _torch_verdict(result, stage)
+
+
+def _torch_probe(prober: _Prober, layer: str, subsystem: str, mode: str, at: Optional[int] = None):
+    """(verdict, what the probe backend wrote or None) of one run with `subsystem` in `mode`."""
+    out = os.path.join(prober.tmp, f"probe-{time.monotonic_ns()}.json")
+    spec = {"backend": layer, "subsystem": subsystem, "mode": mode, "at": at, "out": out}
+    label = {"disable": f"without {subsystem}", "count": f"count {subsystem}",
+             "upto": f"{subsystem} #0..{at}"}[mode]
+    verdict = prober.run(label, PROBE_BACKEND, env={PROBE_ENV: json.dumps(spec)})
+    try:
+        with open(out) as f:
+            return verdict, json.load(f)
+    except (OSError, ValueError):
+        return verdict, None
+
+
+def _probe_outcome(verdict: dict, out: Optional[dict], stage: str) -> str:
+    if verdict.get("stage") in ("internal", "bad_input") or (out is None and verdict.get("stage") != stage):
+        return f"could not be probed: {_first((verdict.get('error') or {}).get('message'))}"
+    if not _fails(verdict):
+        return "passes"
+    return "still fails" if _fails(verdict, stage) else f"fails differently ({verdict.get('stage')})"
+
+
+def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str) -> dict:
+    """The smallest number N of `subsystem`'s applications (0..N-1 on, the rest off) that still
+    fails with `stage`: application N-1 is the culprit, with the bisector's debug info for it."""
+    base = {"kind": f"{subsystem} application", "subsystem": subsystem, "index": None}
+    verdict, out = _torch_probe(prober, layer, subsystem, "count")
+    total = (out or {}).get("count")
+    if not _fails(verdict, stage):
+        return {**base, "note": f"with every {subsystem} application counted the run no longer fails "
+                                f"({verdict.get('stage') or 'passes'}): not bisectable"}
+    if not total:
+        return {**base, "note": f"the failing run applied no {subsystem} the bisector could count"}
+    probes: dict = {}
+
+    def fails(n: int) -> bool:
+        probes[n] = _torch_probe(prober, layer, subsystem, "upto", n - 1)
+        return _fails(probes[n][0], stage)
+    lo, hi = 0, total
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fails(mid) else (mid, hi)
+    if hi not in probes and not fails(hi):
+        return {**base, "note": f"{subsystem} #0..{hi - 1} passed once and failed once: the failure is flaky"}
+    out = probes[hi][1] or {}
+    applied = out.get("debug")
+    return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
+            "target": (out.get("nodes") or {}).get(applied)}
+
+
+def _application_words(culprit: dict) -> str:
+    words = _APPLICATION_WORDS.get(culprit["subsystem"], culprit["subsystem"] + " {0}")
+    text = words.format(culprit.get("applied") or "(not recorded by the bisector)")
+    return text + (f" ({culprit['target']})" if culprit.get("target") else "")
+
+
+def _torch_reproduce(prober: _Prober, layer: str, culprit: dict, stage: str) -> dict:
+    """The plain backend with torch's bisector environment (applications 0..index on) reproduces
+    the failure; checked by running exactly that once."""
+    env = {"TORCH_BISECT_BACKEND": layer, "TORCH_BISECT_SUBSYSTEM": culprit["subsystem"],
+           "TORCH_BISECT_MAX": str(culprit["index"])}
+    repro = reproduce(prober, f"torch:{layer}", {})
+    verdict = prober.run(f"reproduce {culprit['subsystem']} #0..{culprit['index']}", f"torch:{layer}", env=env)
+    checked = "fails the same way" if _fails(verdict, stage) else \
+        f"did not reproduce when checked ({verdict.get('stage') or 'passed'})"
+    return {"env": {**repro["env"], **env}, "argv": repro["argv"], "checked": checked}
+
+
+def _torch_verdict(result: dict, stage: str) -> dict:
+    chain, backend = result["chain"], result["first_failing_backend"]
+    prev = chain[chain.index(backend) - 1]
+    parts = [f"{backend} fails ({stage}) where {prev} passes{_graph_words(result['graph'])}"]
+    fixed = [r["name"] for r in result["subsystems"] if r["result"] == "passes"]
+    unprobed = [f"{r['name']} ({r['result']})" for r in result["subsystems"]
+                if r["result"].startswith(("not probed", "could not"))]
+    if fixed:
+        parts.append("; switching off " + ", ".join(fixed) + " makes it pass")
+    else:
+        parts.append("; no subsystem torch's bisector can switch off makes it pass")
+    for c in result["culprits"]:
+        if c["index"] is None:
+            parts.append(f"; {c['subsystem']}: {c['note']}")
+        else:
+            parts.append(f"; culprit: {c['subsystem']} #{c['index']} of {c['of']}, {_application_words(c)}")
+    if unprobed:
+        parts.append("; " + "; ".join(unprobed))
+    return {"level": "torch_" + backend[len("torch:"):], "stage": stage, "summary": "".join(parts)}
+
+
+# -- in the probe's child process ------------------------------------------------------------------
+_PROBE: dict = {}   # this child's probe: spec, bisector module, FX node targets; set up on the first graph
+
+
+def torch_probe(gm, example_inputs):
+    """A Dynamo backend for bisect's probes, run in the child: Dynamo's backend spec["backend"]
+    with torch's CompilerBisector driving one subsystem, set up on the first call from the JSON
+    spec in $TDBG_TORCH_BISECT. mode "disable": the subsystem off; "count": every application on
+    and counted; "upto": applications 0..spec["at"] on, the rest off, the bisector's debug info
+    of application `at` recorded. After each compile {"count", "debug", "nodes"} (node name ->
+    target of the graphs Inductor compiled) is written to spec["out"]."""
+    if not _PROBE:
+        _PROBE.update(_setup_probe(json.loads(os.environ[PROBE_ENV])))
+    spec = _PROBE["spec"]
+    try:
+        if spec["backend"] == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, example_inputs, inner_compile=_recording_inner)
+        import torch._dynamo
+        return torch._dynamo.lookup_backend(spec["backend"])(gm, example_inputs)
+    finally:
+        _write_probe()
+
+
+def _setup_probe(spec: dict) -> dict:
+    import torch._inductor.config as inductor_config
+    from torch._inductor import compiler_bisector
+    bisector = compiler_bisector.CompilerBisector
+    # Own state directory and explicit switches: the module may have been imported (and its
+    # environment lookups cached) before this child's environment was set.
+    bisector.in_process_cache = tempfile.mkdtemp(prefix="state-", dir=os.path.dirname(spec["out"]))
+    bisector.bisection_enabled = True
+    compiler_bisector.get_env_val.cache_clear()
+    backend, name = spec["backend"], spec["subsystem"]
+    subsystem = bisector.get_subsystem_object(backend, name)
+    bisector.update_bisect_status(backend, name)
+    state = {"disable": "test_disable", "count": "find_max_bounds", "upto": "bisect"}[spec["mode"]]
+    bisector.update_run_state(backend, subsystem, state)
+    if state == "bisect":
+        bisector.update_bisect_range(backend, name, spec["at"], spec["at"])
+    if backend == "inductor":   # torch.compile's Inductor wrapper applies these; compile_fx does not
+        for key, value in (bisector.get_config_change("inductor") or {}).items():
+            setattr(inductor_config, key, value)
+    return {"spec": spec, "module": compiler_bisector, "nodes": {}}
+
+
+def _recording_inner(gm, *args, **kwargs):
+    from torch._inductor.compile_fx import compile_fx_inner
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            _PROBE["nodes"].setdefault(node.name, str(node.target))
+    try:
+        return compile_fx_inner(gm, *args, **kwargs)
+    finally:
+        _write_probe()
+
+
+def _write_probe() -> None:
+    module, spec = _PROBE["module"], _PROBE["spec"]
+    at = spec.get("at")
+    debug = None if at is None else module.CompilerBisector.get_call_counter_debug_info(
+        spec["backend"], spec["subsystem"], at)
+    doc = {"count": module.subsystem_call_counter[spec["subsystem"]], "debug": debug, "nodes": _PROBE["nodes"]}
+    tmp = spec["out"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, spec["out"])
