@@ -4,7 +4,11 @@
 compiler already imported) forks a child that rebuilds the graph from its source, evaluates it
 (`oracle.evaluate`) and returns the outcome. A child that dies from a signal becomes a `crash`
 outcome with that signal, one that outlives the per-query timeout is killed and becomes a `hang`;
-the minifier carries on. A server that dies or stalls is replaced (`Pool.replaced` counts them).
+the minifier carries on. Each child leads its own process group, killed with it when the query
+ends, so a backend's subprocess never outlives its query. Each child may allocate at most
+`memory_limit` bytes (default half the RAM); a query that runs out (MemoryError, an allocator's
+"can't allocate memory" while compiling or running, or the OOM killer) is an `out_of_memory`
+outcome. A server that dies or stalls is replaced (`Pool.replaced` counts them).
 
 Tensors cross to each server once (keyed by InputSpec.key, kept in `_TENSORS` inside the server and
 inherited by every forked child); the graph crosses as source text.
@@ -14,9 +18,19 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pkgutil
+from typing import Optional
 
 from tdbg.minifier.runs import forkserver
 from tdbg.minifier.reduce.oracle import Outcome
+
+DEFAULT = object()   # Pool(memory_limit=...): the machine's default
+# An exception whose text holds one of these is an allocation that failed: under a query's
+# memory limit that is the limit speaking, not the failure being minified.
+ALLOCATION_FAILED = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory",
+                     "virtual memory exhausted", "out of memory allocating")
+# outcome kind whose allocation failure becomes out_of_memory -> what the query was doing; an
+# eager failure stays `invalid` (the candidate is no compiler failure), never passing for the backend's
+OUT_OF_MEMORY_FROM = {"compile_error": "compiling", "runtime_error": "running the compiled graph"}
 
 # imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds)
 WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
@@ -27,10 +41,13 @@ _TENSORS: dict = {}   # server side: InputSpec.key -> tensor, filled by `remembe
 
 
 class Pool:
-    """Workers that answer `query`; `spares` extra servers are kept warm so a replacement is instant."""
+    """Workers that answer `query`; `spares` extra servers are kept warm so a replacement is instant.
+    `memory_limit`: bytes one query may allocate on top of its warm server (None: no limit;
+    default `forkserver.default_memory_limit()`)."""
 
-    def __init__(self, timeout: float = 60.0, spares: int = 0):
+    def __init__(self, timeout: float = 60.0, spares: int = 0, memory_limit: Optional[int] = DEFAULT):
         self.timeout = timeout
+        self.memory_limit = forkserver.default_memory_limit() if memory_limit is DEFAULT else memory_limit
         self._servers = forkserver.Pool(WARM, size=1 + spares, keep_warm=1 + spares)
 
     @property
@@ -56,9 +73,10 @@ class Pool:
             if reply.kind != "ok":
                 raise forkserver.ServerDied(reply.value)
             seen.update(new)
-        reply = server.call("tdbg.minifier.reduce.workers:evaluate_query", {"source": source, "inputs": specs, "spec": spec},
-                            timeout=self.timeout)
-        return _outcome(reply)
+        reply = server.call("tdbg.minifier.reduce.workers:evaluate_query",
+                            {"source": source, "inputs": specs, "spec": spec, "memory_limit": self.memory_limit},
+                            timeout=self.timeout, session=True, memory_limit=self.memory_limit)
+        return _outcome(reply, self.memory_limit)
 
     def close(self) -> None:
         self._servers.close()
@@ -70,9 +88,12 @@ class Pool:
         self.close()
 
 
-def _outcome(reply: forkserver.Reply) -> Outcome:
+def _outcome(reply: forkserver.Reply, memory_limit: Optional[int]) -> Outcome:
     if reply.kind == "ok":
         return Outcome.from_dict(reply.value)
+    if reply.kind == "out_of_memory":
+        return Outcome("out_of_memory", "MemoryError", f"{reply.value}; {_limit_text(memory_limit)}",
+                       signal=reply.signal or 0)
     if reply.kind == "crash":
         return Outcome("crash", message=f"killed by signal {reply.signal}", signal=reply.signal)
     if reply.kind == "timeout":
@@ -106,4 +127,21 @@ def evaluate_query(msg: dict) -> dict:
     store = TensorStore()
     store.tensors = _TENSORS
     gm = trace_source(msg["source"])
-    return evaluate(gm, store.values(msg["inputs"]), msg["spec"]).to_dict()
+    return _memory_verdict(evaluate(gm, store.values(msg["inputs"]), msg["spec"]), msg.get("memory_limit")).to_dict()
+
+
+def _memory_verdict(outcome: Outcome, memory_limit: Optional[int]) -> Outcome:
+    """`outcome`, or out_of_memory when the backend failed to allocate (see ALLOCATION_FAILED)."""
+    text = f"{outcome.exc_type}: {outcome.message}"
+    if outcome.kind not in OUT_OF_MEMORY_FROM or not (
+            outcome.exc_type == "MemoryError" or any(p in text for p in ALLOCATION_FAILED)):
+        return outcome
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return Outcome("out_of_memory", outcome.exc_type, f"{first[:300]} (while {OUT_OF_MEMORY_FROM[outcome.kind]}); "
+                   f"{_limit_text(memory_limit)}", stage=outcome.stage or outcome.kind, seconds=outcome.seconds)
+
+
+def _limit_text(memory_limit: Optional[int]) -> str:
+    if memory_limit is None:
+        return "no memory limit was set: the machine ran out"
+    return f"the query's memory limit is {memory_limit / 2**30:.2f} GiB (tdbg minify --memory-limit)"
