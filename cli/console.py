@@ -76,12 +76,19 @@ _activity: list = []    # what the command is doing now, innermost last (named w
 @contextlib.contextmanager
 def doing(what: str):
     """Name the step a command is in (e.g. "the compiled run of x.py"), so an interrupt can say
-    what it stopped."""
+    what it stopped; `now_doing` renames it as the step advances."""
+    depth = len(_activity)
     _activity.append(what)
     try:
         yield
     finally:
-        _activity.remove(what)
+        del _activity[depth:]
+
+
+def now_doing(what: str) -> None:
+    """Rename the innermost `doing` step (no-op outside one)."""
+    if _activity:
+        _activity[-1] = what
 
 
 def current_activity() -> Optional[str]:

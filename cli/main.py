@@ -48,7 +48,7 @@ class LazyGroup(click.Group):
 
 # command -> does it run tdbg's compiler (so its cache folder must be writable up front)?
 # "backend": only when its --backend is tdbg's compiler.
-USES_COMPILER = {"run": "backend", "bisect": True, "minify": "backend", "explain": False, "profile": "backend"}
+USES_COMPILER = {"run": "backend", "bisect": "backend", "minify": "backend", "explain": False, "profile": "backend"}
 
 
 def guarded(name: str, command: click.Command) -> click.Command:

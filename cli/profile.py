@@ -8,8 +8,9 @@ import time
 
 import click
 
-from tdbg.cli.common import base_config, check_backend, json_option, require_script, script_arguments
-from tdbg.cli.console import err, exit_codes_help, fail, out, render_evidence, write_json
+from tdbg.cli.common import (base_config, check_backend, check_output_dir, check_output_file, json_option,
+                             require_script, script_arguments)
+from tdbg.cli.console import doing, err, exit_codes_help, fail, now_doing, out, render_evidence, write_json
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
@@ -23,33 +24,41 @@ EAGER_PROFILER_ROWS = 8
               help="eager, aot_eager, inductor (tdbg's compiler), torch:NAME, module:function or file.py:function.")
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
               help="Timed calls of each compiled callable (and of its eager original), alternating.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+@click.option("--trace", "trace_path", metavar="PATH",
               help="Chrome trace file to write (default: <script>-<time>.trace.json in the current directory).")
 @json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
-def profile(script, args, backend, iterations, trace_path, json_path, force):
+@click.option("--debug", is_flag=True,
+              help="Keep the compiler's debug traces (output_code.py, debug.log per graph) in TDBG_DEBUG_DIR "
+                   "(default tdbg_debug/); without it they live in a temporary folder removed at the end.")
+def profile(script, args, backend, iterations, trace_path, json_path, force, debug):
     """Time SCRIPT eager and compiled, and show where the compiled time goes.
 
     Every torch.compile in SCRIPT compiles with --backend. Each compiled callable is then called
     --iterations times with the arguments of its last call in the script, alternating with its
     eager original, and profiled with torch.profiler (tdbg's kernels appear by name). Flags graph
-    breaks, recompiles, ops that fell back to aten and allocation page faults.
+    breaks, recompiles, ops that fell back to aten and allocation page faults. The script's own
+    output is shown once (from the compiled run).
     """
     require_script(script)
     check_backend(backend)
     stem = os.path.splitext(os.path.basename(script))[0]
     trace_path = trace_path or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.trace.json"
-    if os.path.exists(trace_path) and not force:
+    if os.path.exists(trace_path) and not os.path.isdir(trace_path) and not force:
         fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
+    check_output_file(trace_path, "--trace")
+    check_output_file(json_path, "--json")
     config = base_config()
+    debug_dir = config.debug_dir if debug or config.debug else None
+    check_output_dir(debug_dir, "--debug (TDBG_DEBUG_DIR)", must_be_empty=False)
     from tdbg.minifier.diagnose.profiling import ScriptFailed, profile_script
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     # with --json -, the script's own prints go to stderr so stdout stays one JSON document
     quiet = contextlib.redirect_stdout(sys.stderr) if json_path == "-" else contextlib.nullcontext()
     try:
-        with quiet:
+        with quiet, doing(f"profiling {script}"):
             report = profile_script(script, list(args), backend=backend, iterations=iterations,
-                                    trace_path=trace_path, config=config)
+                                    trace_path=trace_path, config=config, debug_dir=debug_dir, on_step=now_doing)
     except ValueError as e:
         fail(str(e), "bad_input")
     except ScriptFailed as e:
@@ -62,6 +71,8 @@ def profile(script, args, backend, iterations, trace_path, json_path, force):
 def _script_failed(e) -> None:
     """The script's own failure keeps its exit code; a compile/runtime failure gets its stage's code."""
     from tdbg.cli.common import stage_exit_code
+    if e.output:     # the eager run's output is kept, not shown; it explains this failure
+        err().print(e.output, markup=False, highlight=False, end="")
     if e.info is None:
         err().print(f"[bold red]error:[/] the script exited with code {e.exit_code} in the {e.mode} run")
         raise SystemExit(e.exit_code)
@@ -104,6 +115,8 @@ def render(report, start: str) -> None:
     c.print(f"Chrome trace: {escape(str(report.trace_path))}")
     if report.debug_dir and os.path.isdir(report.debug_dir):
         c.print(f"compiler debug traces (output_code.py, debug.log per graph): {escape(report.debug_dir)}")
+    elif report.backend == "inductor":
+        c.print("compiler debug traces: removed with the run's temporary folder (--debug keeps them)")
     _render_flags(report.flags)
 
 

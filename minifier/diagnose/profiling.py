@@ -18,11 +18,13 @@ import contextlib
 import dataclasses
 import functools
 import glob
+import io
 import json
 import os
 import re
 import resource
 import runpy
+import shutil
 import statistics
 import sys
 import tempfile
@@ -207,24 +209,33 @@ class _TimedOptimize:
 
 @dataclass
 class ScriptPass:
-    """One run of the script: wall time, how it ended, the callables it compiled, the session."""
+    """One run of the script: wall time, how it ended, the callables it compiled, the session,
+    and (when captured) what the script printed."""
     mode: str
     session: Any = None
     seconds: float = 0.0
     exit_code: int = 0
     error: Optional[BaseException] = None
     callables: list = field(default_factory=list)
+    output: str = ""
 
 
-def run_script(path: str, argv: list, mode: str, session) -> ScriptPass:
-    """Run `path` as `__main__` with `argv`, compiling through `session` (an instrument.Session)."""
+def run_script(path: str, argv: list, mode: str, session, capture: bool = False) -> ScriptPass:
+    """Run `path` as `__main__` with `argv`, compiling through `session` (an instrument.Session).
+    With `capture`, what the script writes to sys.stdout/sys.stderr is kept in `.output` instead
+    of shown (profile shows one pass's output, not two)."""
     result = ScriptPass(mode, session)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    sink = io.StringIO()
     t0 = time.perf_counter()
     try:
-        with timed_compile(session, result.callables):
+        with contextlib.ExitStack() as stack:
+            if capture:
+                stack.enter_context(contextlib.redirect_stdout(sink))
+                stack.enter_context(contextlib.redirect_stderr(sink))
+            stack.enter_context(timed_compile(session, result.callables))
             runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         result.exit_code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -232,6 +243,7 @@ def run_script(path: str, argv: list, mode: str, session) -> ScriptPass:
         result.error = e
     finally:
         result.seconds = time.perf_counter() - t0
+        result.output = sink.getvalue()
         sys.argv, sys.path[:] = saved_argv, saved_path
     return result
 
@@ -288,56 +300,110 @@ class ScriptFailed(Exception):
 
     def __init__(self, run: ScriptPass, script: str):
         from tdbg.minifier.runs.runner import describe
-        self.mode, self.exit_code = run.mode, run.exit_code
+        self.mode, self.exit_code, self.output = run.mode, run.exit_code, run.output
         self.info = describe(run.error, run.session, script) if run.error is not None else None
         what = self.info["message"] if self.info else f"the script exited with code {run.exit_code}"
         super().__init__(f"{what} (in the {run.mode} run)")
 
 
 def profile_script(script: str, argv: list = (), *, backend: str = "inductor", iterations: int = 20,
-                   trace_path: Optional[str] = None, config=None, profile_iterations: int = 5) -> ProfileReport:
+                   trace_path: Optional[str] = None, config=None, profile_iterations: int = 5,
+                   debug_dir: Optional[str] = None, on_step: Optional[Callable] = None) -> ProfileReport:
     """Profile `script` eager vs compiled through `backend`; see the module docstring.
+
+    The script's output is shown once: the compiled pass prints as usual, the eager pass's output
+    is kept (ScriptFailed.output when that pass fails). The compiler's debug traces (needed for
+    its stage times) go to a temporary folder removed before returning, or, with `debug_dir`, to
+    a new run folder under it that stays (`report.debug_dir`); its `compiler` log channel stays
+    quiet unless the config enables it. `on_step(text)` is called as each phase starts.
 
     Raises BackendError (a ValueError), ValueError when the script never calls torch.compile,
     or ScriptFailed.
     """
+    from tdbg.compiler import config as tdbg_config
+    work = tempfile.mkdtemp(prefix="tdbg-profile-")
+    try:
+        cfg = (config or tdbg_config.current()).replace(
+            enable_kernel_profile=True, debug=True, debug_dir=debug_dir or os.path.join(work, "debug"),
+            report_path=os.path.join(work, "report.jsonl"))
+        report = _profile_passes(script, list(argv), backend, iterations, trace_path, cfg, profile_iterations,
+                                 on_step or (lambda text: None))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report.debug_dir = report.debug_dir if debug_dir else None
+    return report
+
+
+def _profile_passes(script: str, argv: list, backend: str, iterations: int, trace_path: Optional[str], cfg,
+                    profile_iterations: int, step: Callable) -> ProfileReport:
     import torch._dynamo
     from tdbg.compiler import config as tdbg_config
-    from tdbg.minifier.runs.backends import resolve
     from tdbg.minifier.diagnose.explain import build_report
+    from tdbg.minifier.runs.backends import resolve
     from tdbg.minifier.runs.instrument import Session
 
-    work = tempfile.mkdtemp(prefix="tdbg-profile-")
-    cfg = (config or tdbg_config.current()).replace(
-        enable_kernel_profile=True, debug=True, debug_dir=os.path.join(work, "debug"),
-        report_path=os.path.join(work, "report.jsonl"))
+    step(f"loading backend {backend}")
     resolved = _resolve(resolve, backend, cfg, script)
-    eager = run_script(script, list(argv), "eager", Session(None))
+    step(f"the eager run of {script}")
+    eager = run_script(script, argv, "eager", Session(None), capture=True)
     _check_pass(eager, script)
     if not eager.callables:
         raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
     torch._dynamo.reset()
     graphs: list = []
     session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind)
-    with tdbg_config.use(cfg):
-        compiled = run_script(script, list(argv), "compiled", session)
+    before = _entries(cfg.debug_dir)
+    with tdbg_config.use(cfg), _quiet_compiler_log(cfg):
+        step(f"the compiled run of {script} (backend {backend})")
+        compiled = run_script(script, argv, "compiled", session)
         _check_pass(compiled, script)
         # the replays repeat the script's calls; whatever they print was already shown once
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            step(f"timing {len(compiled.callables)} compiled callable(s), {iterations} calls each")
             timings = [_time_callable(c, iterations) for c in compiled.callables]
+            step("profiling with torch.profiler")
             rows, eager_rows = _profiler_tables(compiled.callables, profile_iterations, trace_path)
     for g, info in zip(graphs, session.graphs):
         g.frame = info["frame"]
+    runs = sorted(os.path.join(cfg.debug_dir, d) for d in _entries(cfg.debug_dir) - before)   # this pass's
     explained = build_report({"graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards})
     report = ProfileReport(
         script=script, backend=backend, iterations=iterations,
         eager_script_s=eager.seconds, compiled_script_s=compiled.seconds, callables=timings,
-        graphs=graphs, stages=_stage_times(cfg.debug_dir), fallbacks=_fallbacks(cfg.report_path),
+        graphs=graphs, stages=_stage_times(runs), fallbacks=_fallbacks(cfg.report_path),
         kernels=_kernels(cfg.report_path), explain=explained,
-        profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path, debug_dir=cfg.debug_dir)
+        profiler_rows=rows, eager_profiler_rows=eager_rows, trace_path=trace_path,
+        debug_dir=runs[0] if len(runs) == 1 else (cfg.debug_dir if runs else None))
     report.time_split = time_split(rows)
     report.flags = lost_speed_flags(report)
     return report
+
+
+def _entries(folder: str) -> set:
+    return set(os.listdir(folder)) if os.path.isdir(folder) else set()
+
+
+@contextlib.contextmanager
+def _quiet_compiler_log(cfg):
+    """Drop the `compiler` channel's records while profiling: `debug=True` (for the stage times)
+    turns that channel on, but the user asked for a profile, not compiler logs — unless the
+    config (TDBG_LOGS=compiler) asks for them."""
+    if "compiler" in cfg.logs:
+        yield
+        return
+    import logging
+    logger = logging.getLogger("tdbg.compiler")
+    drop = _DropAll()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+class _DropAll:
+    def filter(self, record) -> bool:
+        return False
 
 
 def time_split(rows: list) -> dict:
@@ -425,10 +491,11 @@ def _rows(prof) -> list:
     return sorted(rows, key=lambda r: -r["self_cpu_us"])
 
 
-def _stage_times(debug_dir: str) -> dict:
-    """Stage -> seconds, summed over every debug.log the compiler wrote under debug_dir."""
+def _stage_times(run_dirs: list) -> dict:
+    """Stage -> seconds, summed over every debug.log the compiler wrote under the run folders."""
     stages: dict = {}
-    for log in sorted(glob.glob(os.path.join(debug_dir, "**", "debug.log"), recursive=True)):
+    logs = [log for d in run_dirs for log in glob.glob(os.path.join(d, "**", "debug.log"), recursive=True)]
+    for log in sorted(logs):
         with open(log) as f:
             for line in f:
                 parts = line.split()

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from click.testing import CliRunner
@@ -13,15 +14,26 @@ from tdbg.cli.main import cli
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 
-def _profile(tmp_path, script, *options):
+def _profile(tmp_path, script, *options, env=None):
     trace, out = tmp_path / "trace.json", tmp_path / "profile.json"
     result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, script), "--iterations", "3",
-                                      "--trace", str(trace), "--json", str(out), *options])
+                                      "--trace", str(trace), "--json", str(out), *options], env=env)
     doc = json.loads(out.read_text()) if out.exists() else None
     return result, doc, trace
 
 
-def test_graph_breaks_and_recompiles_are_flagged(tmp_path):
+@pytest.fixture
+def temp_root(tmp_path, monkeypatch):
+    """Temporary folders of this test land in one folder, which must hold none of tdbg's afterwards
+    (torch keeps its own torchinductor_<user> cache there)."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    yield root
+    assert [name for name in os.listdir(root) if name.startswith("tdbg")] == []
+
+
+def test_graph_breaks_and_recompiles_are_flagged(tmp_path, temp_root):
     result, doc, trace = _profile(tmp_path, "break_recompile.py", "--backend", "torch:eager")
     assert result.exit_code == 0, result.output
     assert doc["schema"] == "tdbg.profile" and doc["backend"] == "torch:eager"
@@ -41,14 +53,17 @@ def test_graph_breaks_and_recompiles_are_flagged(tmp_path):
         ("0/1", "step", True), ("1/1", "torch_dynamo_resume_in_step_at_8", True)]
     assert [f["kind"] for f in doc["flags"]][:3] == ["graph_breaks", "recompiles", "recompiles"]
     assert "recompiled because argument `x` changed dtype: Float -> Double" in result.output
-    # the script printed once per pass; the timing replays print nothing
-    assert result.output.count("between graphs\n") == 4
+    # the script's output is shown once (its compiled run); the eager run and the replays print nothing
+    assert result.output.count("between graphs\n") == 2
     assert json.loads(trace.read_text())["traceEvents"]
 
 
-def test_tdbg_kernels_appear_by_name_next_to_aten_ops(tmp_path):
+def test_tdbg_kernels_appear_by_name_next_to_aten_ops(tmp_path, temp_root):
     result, doc, trace = _profile(tmp_path, "small_add.py")   # default backend: tdbg's compiler
     assert result.exit_code == 0, result.output
+    # the debug traces behind the stage times were temporary; the compiler's log lines are not shown
+    assert doc["debug_dir"] is None and "[tdbg.compiler]" not in result.output
+    assert "compiler debug traces: removed with the run's temporary folder (--debug keeps them)" in result.output
     assert doc["backend"] == "inductor" and doc["iterations"] == 3
     assert doc["kernels"] == ["cpp_fused_add_mul_0"] and doc["fallbacks"] == []
     [kernel] = doc["profiled_kernels"]
@@ -164,10 +179,28 @@ def test_script_own_error_keeps_its_exit_code(tmp_path):
     assert "bad.py:4 in <module>: raise RuntimeError('my own bug')" in result.output
 
 
-def test_backend_file_that_fails_to_load(tmp_path):
+@pytest.mark.parametrize("source, error", [
+    ("raise ImportError('no such helper')\n\ndef be(gm, inputs):\n    return gm\n", "1: ImportError: no such helper"),
+    ("\ndef be(gm, inputs)\n    return gm\n", "2: SyntaxError: expected ':'"),
+])
+def test_backend_file_that_fails_to_load(tmp_path, source, error):
     backend = tmp_path / "be.py"
-    backend.write_text("raise ImportError('no such helper')\n\ndef be(gm, inputs):\n    return gm\n")
+    backend.write_text(source)
     result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, "small_add.py"), "--backend", f"{backend}:be",
                                       "--trace", str(tmp_path / "t.json")])
-    assert result.exit_code == exit_code("bad_input")
-    assert f"loading backend '{backend}:be' failed: ImportError: no such helper" in result.output
+    assert result.exit_code == exit_code("bad_input"), result.output
+    assert f"backend '{backend}:be': loading {backend} failed at {backend}:{error}." in " ".join(result.output.split())
+
+
+def test_debug_keeps_the_compiler_traces_of_this_run(tmp_path, temp_root):
+    debug = tmp_path / "dbg"
+    (debug / "run_earlier").mkdir(parents=True)    # an earlier run's traces are neither read nor touched
+    (debug / "run_earlier" / "debug.log").write_text("build 100.0\n")
+    result, doc, _ = _profile(tmp_path, "small_add.py", "--debug", env={"TDBG_DEBUG_DIR": str(debug)})
+    assert result.exit_code == 0, result.output
+    [run] = [d for d in os.listdir(debug) if d != "run_earlier"]
+    assert doc["debug_dir"] == str(debug / run)
+    [graph] = os.listdir(debug / run / "compiler")
+    assert os.path.isfile(debug / run / "compiler" / graph / "debug.log")
+    assert 0 < doc["stages"]["build"] < 100 and f"compiler debug traces (output_code.py, debug.log per graph): " \
+        f"{debug / run}" in " ".join(result.output.split())
