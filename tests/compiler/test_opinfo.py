@@ -11,8 +11,11 @@ Each op ends up in exactly one class:
   crashed     the worker process died (signal) or hung on this op                   - a bug
   skipped     no sample could be traced (e.g. data-dependent output shapes); reason given
 
-Ops whose eager result changes between runs (random ops, uninitialised memory) are compiled
-and classified but their values are not compared.
+Ops whose eager result changes between runs (random ops) are compiled and classified but their
+values are not compared. Ops whose result is unspecified by definition (UNSPECIFIED_OUTPUT: they
+return uninitialised memory) are skipped by rule: two eager runs may agree by chance, and comparing
+them would report garbage as a mismatch. The standalone sweep exits 1 when any op is mismatched,
+failed or crashed.
 
 The sweep runs in worker subprocesses (a kernel that segfaults must not take pytest down); the
 parent resumes after a dead worker. Fast subset: always on. Full sweep: `-m slow`, which writes
@@ -36,6 +39,10 @@ import pytest
 SAMPLES_PER_OP = 3
 OP_TIMEOUT = 300.0
 STATUSES = ("lowered", "fell_back", "mismatched", "failed", "crashed", "skipped")
+
+# OpInfo ops that return uninitialised memory: nothing about their values can be compared.
+UNSPECIFIED_OUTPUT = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty",
+                                "new_empty_strided", "resize_", "resize_as_"})
 
 # The fast subset, with the class each op must land in.
 FAST_OPS = {
@@ -144,6 +151,8 @@ def _prepare(op):
     import itertools
 
     import torch
+    if op.name in UNSPECIFIED_OUTPUT:
+        raise _Skip("output unspecified (uninitialised memory): values cannot be compared")
     torch.manual_seed(0)
     try:
         samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=False), SAMPLES_PER_OP))
@@ -348,6 +357,18 @@ def test_fast_subset_lands_in_the_expected_classes(tmp_path):
     assert {r["op"]: r["status"] for r in rows} == FAST_OPS, json.dumps(rows, indent=1)[:4000]
 
 
+def test_unspecified_outputs_are_skipped_and_a_mismatch_fails_the_sweep(tmp_path, monkeypatch, capsys):
+    """new_empty's uninitialised memory is never compared; a wrong neg makes the sweep exit 1."""
+    monkeypatch.setenv("TDBG_INJECT_BUG", "neg:accuracy")
+    out = tmp_path / "sweep.json"
+    assert _main(["--ops", "new_empty,neg", "--out", str(out)]) == 1
+    rows = {r["op"]: r for r in json.loads(out.read_text())["ops"]}
+    assert rows["new_empty"]["status"] == "skipped"
+    assert rows["new_empty"]["detail"] == "output unspecified (uninitialised memory): values cannot be compared"
+    assert rows["neg"]["status"] == "mismatched"
+    assert "neg [mismatched]" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_sweep_classifies_a_crash_and_keeps_going(tmp_path):
     """A worker that dies mid-op yields a `crashed` row, and the remaining ops are still swept."""
@@ -388,7 +409,7 @@ def _main(argv=None) -> int:
         json.dump(result, f, indent=1)
     print(json.dumps(result["counts"]), "->", args.out)
     print(_format_bugs(result["ops"]))
-    return 0
+    return 1 if bugs(result["ops"]) else 0
 
 
 if __name__ == "__main__":
