@@ -112,3 +112,24 @@ def test_help_documents_every_code():
     result, text = _invoke(["--help"])
     for code, meaning in EXIT_CODES.values():
         assert f"{code} {meaning}" in text
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_the_test_session_removes_only_its_own_cache(tmp_path, given):
+    """tests/conftest.py: the session's compile cache goes at exit unless TDBG_TEST_CACHE_DIR gave it."""
+    import subprocess
+    import sys
+    root = tmp_path / "tmp"
+    root.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TDBG_")}
+    env["TMPDIR"] = str(root)
+    if given:
+        env["TDBG_TEST_CACHE_DIR"] = str(tmp_path / "mine")
+        (tmp_path / "mine").mkdir()
+    test = "tests/reliability/test_cli_inputs.py::test_one_code_per_cause_in_the_table"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [n for n in os.listdir(root) if n.startswith("tdbg")] == []
+    assert (tmp_path / "mine").is_dir() == given
