@@ -8,13 +8,20 @@ compiler, flags, libraries, `cxx --version` and the headers shipped in this pack
 (`tdbg_prelude.h` resolves to `cpp_prelude.h`).
 
 Invariants:
-- The cache directory and its subdirectories are created with mode 0700.
+- The cache directory and its subdirectories are mode 0700: created so, or an existing one of
+  ours is chmod-ed (kernels are loaded from it, so nobody else may write there). One that cannot
+  be created, written or made private raises `CacheDirError` naming TDBG_CACHE_DIR.
 - A library path returned by `build_kernels` names a complete library: compilers write to a
   unique temporary name in the same directory and `os.replace` it into place, so concurrent
   processes never load a half-written file.
+- Each library is installed with a manifest (`<lib>.manifest`: size, sha256, exported symbols).
+  A cached library is opened only when its size and sha256 equal its manifest's and the manifest
+  lists every kernel of the unit; anything else (truncated, replaced, no manifest) is removed and
+  rebuilt, never opened: dlopen of a truncated library kills the process with SIGBUS.
 - A warm hit costs one hash, one `stat` and one (memoized) dlopen per unit, plus one `stat` per
-  header per call; `cxx --version` runs once per process. A cached library that does not load
-  is removed and rebuilt, never trusted.
+  header per call; the library's sha256 is checked once per process (again when its `stat`
+  changes); `cxx --version` runs once per process.
+- A build whose cache directory disappears while g++ runs is retried once into a recreated one.
 - On a g++ failure the source stays on disk and `CppCompileError` names the kernel, the command,
   the first errors and the kernel's own source path (a failed unit of several kernels is rebuilt
   kernel by kernel to find it).
@@ -24,8 +31,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import json
 import os
 import platform
+import stat
 import subprocess
 import threading
 import time
@@ -34,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from .errors import CppCompileError
+from .errors import CacheDirError, CppCompileError
 from .trace import get_logger
 
 PRELUDE_NAME = "tdbg_prelude.h"      # what generated sources #include
@@ -48,16 +57,30 @@ _versions: dict = {}                 # cxx -> `cxx --version` output
 _headers: dict = {}                  # (name, mtime_ns, size) per header -> (digest, {name: bytes})
 _include_dirs: dict = {}             # (cache_dir, digest) -> materialised include dir
 _libraries: dict = {}                # library path -> ctypes.CDLL
+_verified: dict = {}                 # library path -> (inode, size, mtime_ns) that matched its manifest
+MANIFEST = ".manifest"               # <lib>.manifest: {"size", "sha256", "symbols"} written at install
 _pch_lock = threading.Lock()
 _pch_ok: dict = {}                   # .gch path -> usable, decided once per process
 _prepared: set = set()               # configs whose pch `prepare` started
 
 
-def ensure_private_dir(path: str) -> str:
-    """Create `path` (parents as needed, with the umask's mode) and make it mode 0700; return it."""
-    if not os.path.isdir(path):
+def ensure_private_dir(path: str, cache_dir: Optional[str] = None) -> str:
+    """Create `path` (parents as needed) or take the existing directory, and leave it mode 0700;
+    return it. Raises CacheDirError (naming `cache_dir`, the configured root, default `path`) when
+    it cannot be created or written, or is group/other accessible and owned by another user."""
+    cache_dir = cache_dir or path
+    try:
         os.makedirs(path, mode=0o700, exist_ok=True)
-        os.chmod(path, 0o700)
+        st = os.stat(path)
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            if st.st_uid != os.geteuid():
+                raise CacheDirError(cache_dir, path, f"is mode {stat.S_IMODE(st.st_mode):04o} and owned by uid "
+                                    f"{st.st_uid}, not this user: kernels loaded from it could be replaced")
+            os.chmod(path, 0o700)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise CacheDirError(cache_dir, path, "is not writable")
+    except OSError as e:
+        raise CacheDirError(cache_dir, path, f"is not writable: {type(e).__name__}: {e.strerror or e}") from None
     return path
 
 
@@ -103,8 +126,8 @@ def include_dir(cache_dir: str) -> str:
     key = (cache_dir, digest)
     # re-checked with one stat: a test or the user may have removed the cache meanwhile
     if key not in _include_dirs or not os.path.exists(os.path.join(_include_dirs[key], PRELUDE_NAME)):
-        includes = ensure_private_dir(os.path.join(ensure_private_dir(cache_dir), "include"))
-        path = ensure_private_dir(os.path.join(includes, digest[:20]))
+        includes = ensure_private_dir(os.path.join(ensure_private_dir(cache_dir), "include"), cache_dir)
+        path = ensure_private_dir(os.path.join(includes, digest[:20]), cache_dir)
         for name, data in contents.items():
             target = os.path.join(path, name)
             if not os.path.exists(target):
@@ -195,7 +218,7 @@ def prepare(config) -> None:
 def _prepare(config) -> None:
     try:
         pch_dir(config, _toolchain_digest(config))
-    except OSError as e:   # the build that needs it reports the same problem in the caller's thread
+    except (OSError, CacheDirError) as e:   # the build that needs it reports it in the caller's thread
         log.info("precompiling the prelude in the background failed: %s", e)
 
 
@@ -213,8 +236,8 @@ def _pch_verified(gch: str) -> bool:
 
 
 def _build_pch(config, path: str, gch: str) -> bool:
-    ensure_private_dir(os.path.join(ensure_private_dir(config.cache_dir), "pch"))
-    ensure_private_dir(path)
+    ensure_private_dir(os.path.join(ensure_private_dir(config.cache_dir), "pch"), config.cache_dir)
+    ensure_private_dir(path, config.cache_dir)
     tmp = f"{gch}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     start = time.perf_counter()
     proc = _run(pch_command(config, tmp), config.cxx)
@@ -248,10 +271,23 @@ def _run(cmd: list, cxx: str) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(cmd, 127, "", f"cannot run {cxx!r}: {e}")
 
 
-def _compile_one(name: str, source: str, config, toolchain: str, pch: Optional[str] = None) -> tuple:
-    """Build one translation unit into the cache; (lib path, error or None)."""
+def _compile_one(name: str, source: str, config, toolchain: str, pch: Optional[str] = None,
+                 symbols: tuple = ()) -> tuple:
+    """Build one translation unit exporting `symbols` into the cache; (lib path, error or None).
+    A build whose directory vanished meanwhile (the cache removed while g++ ran: an `ld` error, or
+    the install failing) is retried once into recreated directories."""
+    lib_path, error, vanished = _attempt(name, source, config, toolchain, pch, symbols)
+    if vanished:
+        log.info("the cache directory of %s disappeared during the build; building it again", name)
+        lib_path, error, _ = _attempt(name, source, config, toolchain, pch, symbols)
+    return lib_path, error
+
+
+def _attempt(name: str, source: str, config, toolchain: str, pch: Optional[str], symbols: tuple) -> tuple:
+    """(lib path, error or None, whether the unit's directory vanished during the build)."""
     source_path, lib_path = cached_paths(source, config, toolchain, name)
-    ensure_private_dir(os.path.dirname(lib_path))
+    ensure_private_dir(config.cache_dir)
+    ensure_private_dir(os.path.dirname(lib_path), config.cache_dir)
     _atomic_write(source_path, source.encode())   # g++ reads exactly what the key names
     tmp_lib = f"{lib_path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     start = time.perf_counter()
@@ -266,15 +302,47 @@ def _compile_one(name: str, source: str, config, toolchain: str, pch: Optional[s
         lean = False
         proc = _run(compile_command(config, source_path, tmp_lib, lean, pch), config.cxx)
     if proc.returncode != 0:
-        if os.path.exists(tmp_lib):
+        with contextlib.suppress(OSError):
             os.unlink(tmp_lib)
         shown = compile_command(config, source_path, lib_path, lean)
         stderr = proc.stderr or proc.stdout or f"{config.cxx} exited with status {proc.returncode}"
         return lib_path, CppCompileError(command=shown, stderr=stderr, source_path=source_path,
-                                         kernels=(name,))
-    os.replace(tmp_lib, lib_path)
+                                         kernels=(name,)), not os.path.exists(source_path)
+    try:
+        _install(tmp_lib, lib_path, symbols or (name,))
+    except FileNotFoundError as e:
+        return lib_path, CppCompileError(command=compile_command(config, source_path, lib_path, lean),
+                                         stderr=f"installing the library failed: {e}", source_path=source_path,
+                                         kernels=(name,)), True
     log.debug("built %s in %.2fs: %s", name, time.perf_counter() - start, lib_path)
-    return lib_path, None
+    return lib_path, None, False
+
+
+def _install(tmp_lib: str, lib_path: str, symbols: tuple) -> None:
+    """Move a built library into place after its manifest (so a reader that sees the library
+    sees a manifest; a stale pair fails verification and is rebuilt, never loaded)."""
+    with open(tmp_lib, "rb") as f:
+        data = f.read()
+    manifest = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "symbols": sorted(symbols)}
+    _atomic_write(lib_path + MANIFEST, json.dumps(manifest).encode())
+    os.replace(tmp_lib, lib_path)
+
+
+def _manifest_problem(lib_path: str, size: int, symbols: tuple) -> str:
+    """Why the library at `lib_path` (of `size` bytes) is not the one its manifest describes, or ''."""
+    try:
+        with open(lib_path + MANIFEST) as f:
+            manifest = json.load(f)
+        if manifest["size"] != size:
+            return f"{size} bytes, {manifest['size']} when installed"
+        missing = sorted(set(symbols) - set(manifest["symbols"]))
+        if missing:
+            return f"does not export {', '.join(missing)}"
+        if _digest_file(lib_path) != manifest["sha256"]:
+            return "content changed since it was installed (sha256 differs)"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"no usable manifest ({type(e).__name__}: {e})"
+    return ""
 
 
 def jobs(config) -> int:
@@ -333,7 +401,8 @@ def unit_name(names: list) -> str:
 def build_kernels(sources: dict, config) -> dict:
     """{kernel name: C++ source} -> {kernel name: path of the shared library that exports it}.
 
-    The kernels are split into `unit_count` translation units built at once (one g++ each; a
+    Each kernel's source exports an extern "C" symbol named after the kernel (the manifest
+    records them). The kernels are split into `unit_count` translation units built at once (one g++ each; a
     unit of one kernel is that kernel's source). When a unit of several kernels fails, its
     kernels are built one by one, so the error names the kernel and shows its own source.
     Raises CppCompileError for the first kernel (in `sources` order) that fails to build.
@@ -344,7 +413,7 @@ def build_kernels(sources: dict, config) -> dict:
     result, misses = {}, []
     for name, source, members in units:
         lib_path = cached_paths(source, config, toolchain, name)[1]
-        if os.path.exists(lib_path) and _loads(lib_path):
+        if _cached(lib_path, tuple(members)):
             result.update(dict.fromkeys(members, lib_path))
         else:
             misses.append((name, source, members))
@@ -354,9 +423,10 @@ def build_kernels(sources: dict, config) -> dict:
         # g++ uses a precompiled header only when it is the unit's first include
         uses_prelude = any(src.startswith(f'#include "{PRELUDE_NAME}"') for _, src, _ in misses)
         pch = pch_dir(config, toolchain) if uses_prelude else None
-        outcomes = _compile_all([(name, src) for name, src, _ in misses], config, toolchain, pch)
+        outcomes = _compile_all([(name, src, tuple(members)) for name, src, members in misses], config, toolchain,
+                                pch)
         failed = [members for (name, _, members) in misses if outcomes[name][1] is not None]
-        alone = [(k, sources[k]) for members in failed if len(members) > 1 for k in members]
+        alone = [(k, sources[k], (k,)) for members in failed if len(members) > 1 for k in members]
         outcomes.update(_compile_all(alone, config, toolchain, pch) if alone else {})
         for name in sources:
             if name in outcomes and outcomes[name][1] is not None:
@@ -367,23 +437,42 @@ def build_kernels(sources: dict, config) -> dict:
     return {name: result[name] for name in sources}
 
 
-def _loads(lib_path: str) -> bool:
-    """Whether a cached library opens; one that does not (truncated, corrupt) is removed."""
+def _cached(lib_path: str, symbols: tuple) -> bool:
+    """Whether the cache holds a usable library exporting `symbols` at `lib_path`: one that
+    matches its manifest (checked once per process per `stat`) and opens. A library that does
+    not is removed (with its manifest) so that the caller rebuilds it."""
+    try:
+        st = os.stat(lib_path)
+    except OSError:
+        return False
+    identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+    if _verified.get(lib_path) != identity:
+        problem = _manifest_problem(lib_path, st.st_size, symbols)
+        if problem:
+            return _discard(lib_path, problem)
+        _verified[lib_path] = identity
     try:
         load_library(lib_path)
         return True
     except OSError as e:
-        log.info("rebuilding %s: cached library does not load (%s)", lib_path, e)
+        return _discard(lib_path, f"does not load ({e})")
+
+
+def _discard(lib_path: str, problem: str) -> bool:
+    log.info("rebuilding %s: cached library %s", lib_path, problem)
+    _verified.pop(lib_path, None)
+    for path in (lib_path, lib_path + MANIFEST):
         with contextlib.suppress(OSError):
-            os.unlink(lib_path)
-        return False
+            os.unlink(path)
+    return False
 
 
 def _compile_all(units: list, config, toolchain: str, pch: Optional[str]) -> dict:
-    """{unit name: (lib path, error or None)}, the units compiled in parallel."""
+    """{unit name: (lib path, error or None)} for units (name, source, symbols), compiled in parallel."""
     workers = max(1, min(len(units), jobs(config)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdbg-cxx") as pool:
-        futures = {name: pool.submit(_compile_one, name, src, config, toolchain, pch) for name, src in units}
+        futures = {name: pool.submit(_compile_one, name, src, config, toolchain, pch, symbols)
+                   for name, src, symbols in units}
     return {name: f.result() for name, f in futures.items()}
 
 

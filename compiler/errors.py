@@ -93,3 +93,22 @@ class KernelRuntimeError(TdbgError):
     def evidence(self) -> dict:
         return {"stage": self.stage, "message": self.short, "kernel": self.kernel,
                 "fx_nodes": list(self.fx_nodes), "source": self.source}
+
+
+class CacheDirError(TdbgError):
+    """The kernel cache directory (config.cache_dir, set by TDBG_CACHE_DIR) cannot be used: it
+    cannot be created or written, or it is not private and not ours to fix. Bad input, not a
+    compiler bug: `stage` is the CLI's "bad_input" cause."""
+    stage = "bad_input"
+    variable = "TDBG_CACHE_DIR"
+
+    def __init__(self, cache_dir: str, path: str, reason: str):
+        """`reason` reads after the path: "is not writable: ...", "is mode 0755 and ..."."""
+        self.cache_dir, self.path, self.reason = cache_dir, path, reason
+        where = "" if path == cache_dir else f" ({path} inside it)"
+        super().__init__(f"{self.variable}={cache_dir}{where} {reason}; tdbg's compiler keeps its built "
+                         f"kernels there. Point {self.variable} at a folder this user can write.")
+
+    def evidence(self) -> dict:
+        return {"stage": self.stage, "message": str(self), "variable": self.variable,
+                "cache_dir": self.cache_dir, "path": self.path, "reason": self.reason}
