@@ -46,3 +46,23 @@ def test_file_backend_of_the_running_script_is_looked_up_late(monkeypatch):
     b = backends.resolve("examples/toy_compiler.py:my_backend", None, script="examples/toy_compiler.py")
     monkeypatch.setitem(sys.modules, "__main__", fake_main)
     assert b.compiler_fn(None, []) == "compiled"
+
+
+@pytest.mark.parametrize("files, name, phrase", [
+    ({"be.py": "\ndef be(gm, inputs)\n    return gm\n"}, "{tmp}/be.py:be",
+     "backend '{tmp}/be.py:be': loading {tmp}/be.py failed at {tmp}/be.py:2: SyntaxError: expected ':'."),
+    ({"be.py": "import helper_that_is_missing\n"}, "{tmp}/be.py:be",
+     "loading {tmp}/be.py failed at {tmp}/be.py:1: ModuleNotFoundError: No module named 'helper_that_is_missing'."),
+    ({"tdbg_test_pkg/__init__.py": "from .impl import be\n", "tdbg_test_pkg/impl.py": "x = 1\nraise KeyError('k')\n"},
+     "tdbg_test_pkg:be", "importing module 'tdbg_test_pkg' failed at {tmp}/tdbg_test_pkg/impl.py:2: KeyError: 'k'."),
+    ({}, "tdbg_test_no_such_pkg:be", "cannot import module 'tdbg_test_no_such_pkg' (No module named"),
+])
+def test_a_backend_that_fails_to_load_is_bad_input_with_its_line(tmp_path, monkeypatch, files, name, phrase):
+    """Before: a syntax error or a failing import escaped as an internal error (exit 70)."""
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(backends.BackendError) as info:
+        backends.resolve(name.replace("{tmp}", str(tmp_path)))
+    assert phrase.replace("{tmp}", str(tmp_path)) in str(info.value)

@@ -20,6 +20,11 @@ BAD = {
     ("run", "examples/foo2.py", "--backend", "missing.py:fn"): ("bad_input", "file 'missing.py' does not exist"),
     ("run", "examples/foo2.py", "--logs", "dynamo,bogus"): ("usage", "unknown log channel(s) bogus"),
     ("run", "examples/foo2.py", "--repro-level", "3"): ("usage", "need --repro-after"),
+    # a directory is a script that does not exist, not a usage error (was click's exit 2)
+    ("run", "examples"): ("bad_input", "'examples' is a directory, not a script."),
+    ("explain", "examples"): ("bad_input", "'examples' is a directory, not a script."),
+    ("profile", "examples"): ("bad_input", "'examples' is a directory, not a script."),
+    ("run", "examples/foo2.py", "--timeout", "0"): ("usage", "'--timeout': 0.0 is not in the range x>0"),
 }
 
 
@@ -31,11 +36,12 @@ def test_bad_input_is_one_clear_message(args):
     assert phrase in " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("command", ["run", "bisect", "explain"])
+@pytest.mark.parametrize("command", ["run", "bisect", "explain", "minify", "profile"])
 def test_help_is_torch_free_and_lists_exit_codes(command):
     code = ("import sys; from click.testing import CliRunner; from tdbg.cli.main import cli; "
             f"r = CliRunner().invoke(cli, ['{command}', '--help']); "
             "assert r.exit_code == 0, r.output; assert '  16  a compiled graph' in r.output, r.output; "
+            "assert '130  interrupted (Ctrl-C)' in r.output, r.output; "
             "assert 'torch' not in sys.modules, 'help imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -46,4 +52,13 @@ def test_command_parents_stay_torch_free():
             "from tdbg.minifier.runs import runner, forkserver, backends; from tdbg.minifier.reduce import workers; "
             "from tdbg.minifier.diagnose import bisect as b, explain as e; "
             "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_environment_check_is_torch_free():
+    """Every command checks TDBG_* before any work; that check must not cost a torch import."""
+    code = ("import sys; from click.testing import CliRunner; from tdbg.cli.main import cli; "
+            "r = CliRunner().invoke(cli, ['run', 'examples/foo2.py'], env={'TDBG_INJECT_BUG': 'neg:nope'}); "
+            "assert r.exit_code == 3 and 'TDBG_INJECT_BUG' in r.output, r.output; "
+            "assert 'torch' not in sys.modules, 'the environment check imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
