@@ -32,10 +32,12 @@ ALLOCATION_FAILED = ("can't allocate memory", "std::bad_alloc", "Cannot allocate
 # eager failure stays `invalid` (the candidate is no compiler failure), never passing for the backend's
 OUT_OF_MEMORY_FROM = {"compile_error": "compiling", "runtime_error": "running the compiled graph"}
 
-# imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds)
+# imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds);
+# a superset of runner.ZYGOTE_WARM, so `Pool.servers` can also fork the capture run
 WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
         "torch.fx.passes.fake_tensor_prop", "torch.fx.experimental.symbolic_shapes", "torch._decomp",
-        "tdbg.compiler", "tdbg.minifier.diagnose.accuracy", "tdbg.minifier.runs.backends", "tdbg.minifier.artifacts.graph_io",
+        "functorch.compile", "tdbg.compiler", "tdbg.minifier.diagnose.accuracy", "tdbg.minifier.runs.backends",
+        "tdbg.minifier.runs.instrument", "tdbg.minifier.runs.runner", "tdbg.minifier.artifacts.graph_io",
         "tdbg.minifier.reduce.oracle", "tdbg.minifier.reduce.workers:warm_up")
 _TENSORS: dict = {}   # server side: InputSpec.key -> tensor, filled by `remember`
 
@@ -53,6 +55,13 @@ class Pool:
     @property
     def replaced(self) -> int:
         return self._servers.replaced
+
+    @property
+    def servers(self) -> forkserver.Pool:
+        """The warm servers themselves, for `runner.run_script(request, pool=...)`: the capture run
+        forks from the server that then answers the queries, so torch is imported once, not twice
+        at the same time (on 2 cores that halved the start of `tdbg minify SCRIPT`)."""
+        return self._servers
 
     def query(self, source: str, specs: list, store, spec: dict) -> Outcome:
         for _attempt in range(2):

@@ -86,3 +86,12 @@ def test_inputs_with_the_same_bytes_and_other_dtypes_reach_the_query_apart(pool)
     outcome = query(pool, lambda x, y: (x + 1, torch.bitwise_not(y)),
                     [torch.zeros(4), torch.zeros(4, dtype=torch.int32)], backend("returns", RETURNS))
     assert outcome.kind == "pass", outcome.report()
+
+
+def test_the_capture_run_forks_from_the_query_server(pool):
+    # `tdbg minify SCRIPT` can run its capture here instead of importing torch a second time
+    from tdbg.minifier.runs.runner import RunRequest, run_script
+    script = os.path.join(os.path.dirname(__file__), "..", "scenarios", "scripts", "uses_sin.py")
+    verdict = run_script(RunRequest(script=script, backend="eager", capture=True, timeout=60), pool=pool.servers)
+    assert (verdict["status"], verdict["compile_calls"], verdict["stdout_tail"]) == ("ok", 1, "True\n")
+    assert pool.replaced == 0
