@@ -87,3 +87,122 @@ def test_grow_finds_a_failing_count_without_a_report(first_failing):
         return n >= first_failing
     n = B._grow(fails)
     assert n >= first_failing and n < 2 * first_failing and seen == [2 ** i for i in range(len(seen))]
+
+
+# -- torch's own layers: the probes simulated from the spec the probe backend would read ---------------
+APPLIED = {"lowerings": ["amin", "neg", "amin_1"], "pre_grad_passes": ["p0"], "post_grad_passes": ["q0", "q1"],
+           "joint_graph_passes": []}
+
+
+class FakeTorchProber(B._Prober):
+    """torch:inductor fails (accuracy) when lowering #`bad` is on; `broken` subsystems' probes die
+    as a tdbg bug would (stage internal)."""
+
+    def __init__(self, tmp, bad=1, broken=()):
+        super().__init__("s.py", [], {}, 10.0, None, str(tmp))
+        self.bad, self.broken = bad, broken
+        self.base = {"config": DEFAULT, "default_config": DEFAULT}
+
+    def run(self, label, backend, changes=None, env=None):
+        env = env or {}
+        self.runs.append({"label": label, "backend": backend, "env": env})
+        if backend == B.PROBE_BACKEND:
+            return self._probe(__import__("json").loads(env[B.PROBE_ENV]))
+        if "TORCH_BISECT_MAX" in env:
+            return self._verdict(env["TORCH_BISECT_SUBSYSTEM"] != "lowerings" or int(env["TORCH_BISECT_MAX"]) >= self.bad)
+        return self._verdict(True)
+
+    def _probe(self, spec):
+        import json
+        if spec["subsystem"] in self.broken:
+            return {"status": "failed", "stage": "internal", "error": {"message": "KeyError: 'x'\nmore"}}
+        applied = APPLIED.get(spec["subsystem"], [])
+        mode, at, lowering = spec["mode"], spec["at"], spec["subsystem"] == "lowerings"
+        on = {"disable": 0, "count": len(applied), "upto": (at or 0) + 1}[mode]
+        with open(spec["out"], "w") as f:
+            json.dump({"count": len(applied) if mode != "disable" else 0,
+                       "debug": applied[at] if mode == "upto" and at < len(applied) else None,
+                       "nodes": {"amin": "aten.amin.default", "neg": "aten.neg.default"}}, f)
+        return self._verdict(not lowering or on > self.bad)
+
+    @staticmethod
+    def _verdict(fails):
+        return {"status": "failed" if fails else "ok", "stage": "accuracy" if fails else None,
+                "error": {"graph": 0, "frame": "f"} if fails else None,
+                "graphs": [{"index": 0, "frame": "f", "ops": ["amin", "neg"]}], "report": []}
+
+
+def _torch_result(prober):
+    failing = prober.run("backend torch:inductor", "torch:inductor")
+    result = {"chain": list(B.chain_for("torch:inductor")), "first_failing_backend": "torch:inductor",
+              "graph": None, "subsystems": [], "culprits": [], "workaround": None, "reproduce": None}
+    B._into_torch(prober, failing, result, jobs=1)
+    return result
+
+
+def test_torch_inductor_lowering_bisected_to_the_application(tmp_path):
+    result = _torch_result(FakeTorchProber(tmp_path, bad=1))
+    rows = {r["name"]: r["result"] for r in result["subsystems"]}
+    assert rows["lowerings"] == "passes" and rows["post_grad_passes"] == "still fails"
+    assert rows["cudagraphs"].startswith("not probed: it exists only for CUDA graphs")
+    (culprit,) = result["culprits"]
+    assert {k: culprit[k] for k in ("subsystem", "index", "count", "passes_with", "of", "applied", "target")} == {
+        "subsystem": "lowerings", "index": 1, "count": 2, "passes_with": 1, "of": 3, "applied": "neg",
+        "target": "aten.neg.default"}
+    assert result["reproduce"]["env"] == {"TORCH_BISECT_BACKEND": "inductor", "TORCH_BISECT_SUBSYSTEM": "lowerings",
+                                          "TORCH_BISECT_MAX": "1"}
+    assert result["reproduce"]["checked"] == "fails the same way"
+    assert result["reproduce"]["argv"][-3:] == ["--backend", "torch:inductor", "--check-accuracy"]
+    assert result["verdict"]["summary"].startswith(
+        "torch:inductor fails (accuracy) where torch:aot_eager_decomp_partition passes in graph 0 of 1 (frame f); "
+        "switching off lowerings makes it pass; culprit: lowerings #1 of 3, the lowering of FX node neg "
+        "(aten.neg.default)")
+
+
+def test_torch_probe_that_cannot_run_is_said_plainly(tmp_path):
+    result = _torch_result(FakeTorchProber(tmp_path, bad=0, broken=("lowerings",)))
+    rows = {r["name"]: r["result"] for r in result["subsystems"]}
+    assert rows["lowerings"] == "could not be probed: KeyError: 'x'"
+    assert result["culprits"] == [] and result["reproduce"] is None
+    summary = result["verdict"]["summary"]
+    assert "no subsystem torch's bisector can switch off makes it pass" in summary
+    assert "lowerings (could not be probed: KeyError: 'x')" in summary
+
+
+CHAINS = {
+    "inductor": ("eager", "aot_eager", "inductor"),
+    "aot_eager": ("eager", "aot_eager"),
+    "torch:inductor": ("eager", "torch:aot_eager", "torch:aot_eager_decomp_partition", "torch:inductor"),
+    "torch:aot_eager": ("eager", "torch:aot_eager"),
+    "torch:eager": ("torch:eager",),
+    "torch:cudagraphs": ("eager", "torch:cudagraphs"),
+    "pkg.mod:fn": ("eager", "pkg.mod:fn"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(CHAINS))
+def test_chain_ends_at_the_chosen_backend(backend):
+    assert B.chain_for(backend) == CHAINS[backend]
+
+
+def test_subsystem_tables_follow_torchs_bisector():
+    from torch._inductor.compiler_bisector import BACKENDS, ConfigChange
+    for layer, rows in B.TORCH_SUBSYSTEMS.items():
+        theirs = BACKENDS[layer]
+        assert [r[0] for r in rows] == [s.name for s in theirs]
+        for (name, kind, change, _), sub in zip(rows, theirs):
+            assert (kind == "config") == isinstance(sub, ConfigChange)
+            if kind == "config":
+                assert change == {sub.config_field: sub.config_value}
+    keys = list(BACKENDS)
+    assert [keys.index(layer) for layer in B.TORCH_LAYERS] == sorted(keys.index(layer) for layer in B.TORCH_LAYERS)
+
+
+def test_chain_that_cannot_reach_the_backend_says_so(tmp_path):
+    prober = FakeTorchProber(tmp_path)
+    prober.run = lambda label, backend, changes=None, env=None: (
+        {"status": "ok", "compile_calls": 1} if backend in (None, "eager") else
+        {"status": "failed", "stage": "bad_input", "error": {"message": "unknown backend 'torch:nope': ..."}})
+    result = B._bisect(prober, 1, "torch:nope")
+    assert result["verdict"] == {"level": "unreachable", "stage": "bad_input", "summary":
+                                 "could not run backend torch:nope of the chain (unknown backend 'torch:nope': ...)"}
