@@ -127,8 +127,10 @@ def _render_chain(c, result: dict) -> None:
     from rich.table import Table
     table = Table(title="Backends chain (each run compared with the uncompiled run)", title_justify="left",
                   show_edge=False, pad_edge=False)
-    for column in ("backend", "adds", "result", "time"):
-        table.add_column(column, justify="right" if column == "time" else "left")
+    table.add_column("backend", overflow="fold")
+    table.add_column("adds")
+    table.add_column("result", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
     ran = {row["backend"]: row for row in result["backends"]}
     for backend in result.get("chain") or [row["backend"] for row in result["backends"]]:
         row = ran.get(backend)

@@ -107,8 +107,8 @@ def chain_for(backend: str) -> tuple:
 
 
 def layer_words(backend: str) -> str:
-    return LAYER_WORDS.get(backend) or (f"+ Dynamo-registered backend {backend[6:]}" if backend.startswith("torch:")
-                                        else f"+ user backend {backend}")
+    return LAYER_WORDS.get(backend) or ("+ a Dynamo-registered backend" if backend.startswith("torch:")
+                                        else "+ the user's backend")
 
 
 class _Prober:
