@@ -55,3 +55,110 @@ def test_fp64_reference_runs_modules_in_double():
     m = torch.nn.Linear(3, 2)
     out = fp64_reference(m, [torch.randn(4, 3)])
     assert out.dtype == torch.float64 and m.weight.dtype == torch.float32
+
+
+# -- diagnose/checks.py: which calls, forward and backward, untouched reference ----------------
+import pytest  # noqa: E402
+
+from tdbg.minifier.diagnose.checks import CallCounter, CallPolicy, check_call, input_names, snapshot  # noqa: E402
+
+
+def _traced(fn):
+    return torch.fx.symbolic_trace(fn)
+
+
+def test_policy_checks_first_calls_then_new_signatures_within_the_bound():
+    counter = CallCounter(CallPolicy(first=2, new_signatures=1))
+    a, b, c = torch.zeros(2), torch.zeros(3), torch.zeros(4)
+    assert [counter.next_call([x])[1] for x in (a, a, a, b, b, c)] == [True, True, False, True, False, False]
+    assert (counter.calls, counter.checked) == (6, 3)
+    every = CallCounter(CallPolicy.every(4))
+    assert [every.next_call([a])[1] for _ in range(5)] == [True, True, True, True, False]
+    with pytest.raises(ValueError):
+        CallPolicy(first=-1)
+
+
+def test_a_later_call_with_the_same_signature_is_checked_by_default():
+    counter = CallCounter()
+    x = torch.zeros(8, 8)
+    assert [counter.next_call([x])[1] for _ in range(4)] == [True, True, True, False]
+    with torch.no_grad():   # grad mode is part of the signature
+        assert counter.next_call([x]) == (5, True)
+
+
+def _relu_wrong_below_minus_one(gm):
+    def run(x):
+        return torch.where(x < -1, -x, torch.relu(x)) * 2 + 1
+    return run
+
+
+def test_forward_mismatch_only_on_the_inputs_that_reach_the_bug():
+    snap = snapshot(_traced(lambda x: torch.relu(x) * 2 + 1))
+    compiled = _relu_wrong_below_minus_one(snap)
+    assert check_call(compiled, snap, [torch.linspace(-0.9, 0.9, 16)]).forward == []
+    [m] = check_call(compiled, snap, [torch.linspace(-3, 3, 16)]).forward
+    assert m.output == "out" and m.max_abs_error == 6.0
+
+
+def test_reference_is_the_graph_before_an_in_place_edit():
+    gm = _traced(lambda x: torch.relu(x) + 1)
+    snap = snapshot(gm)
+    for node in gm.graph.nodes:          # what an in-place editing backend does
+        if node.target is torch.relu:
+            node.target = torch.abs
+    gm.recompile()
+    [m] = check_call(gm.forward, snap, [torch.tensor([-2.0, 3.0])]).forward
+    assert m.message.startswith("max abs error 2 at (0,): expected 1, got 3")
+
+
+class _DoubledGrad(torch.autograd.Function):
+    """sin whose backward is twice the true gradient."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g * x.cos()
+
+
+def test_gradients_are_checked_named_by_input_without_touching_the_users_graph():
+    snap = snapshot(_traced(lambda x, w: torch.sin(x) * w))
+    compiled = lambda x, w: _DoubledGrad.apply(x) * w   # noqa: E731 - right forward, wrong backward
+    x, w = torch.randn(5, requires_grad=True), torch.randn(5)
+    rng = torch.get_rng_state()
+    result = check_call(compiled, snap, [x, w])
+    assert result.forward == [] and result.grads_checked
+    [m] = result.backward
+    assert m.output == "grad of x" and m.shape == (5,)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert x.grad is None                               # the check's autograd ran on its own leaves
+    result.actual.sum().backward()                      # the user's graph is intact and usable
+    assert torch.allclose(x.grad, 2 * x.detach().cos() * w)
+
+
+def test_right_gradients_pass_and_no_grad_calls_skip_them():
+    snap = snapshot(_traced(lambda x: torch.sin(x).sum(0)))
+    x = torch.randn(64, 3, requires_grad=True)
+    result = check_call(lambda a: torch.sin(a).sum(0), snap, [x])
+    assert (result.forward, result.backward, result.grads_checked) == ([], [], True)
+    with torch.no_grad():
+        assert check_call(lambda a: torch.sin(a).sum(0), snap, [x]).grads_checked is False
+
+
+def test_input_names_come_from_dynamo_sources():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(input_names(gm, len(example_inputs)))
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(torch.nn.Linear(2, 2), backend=backend)(torch.randn(1, 2))
+    assert seen == [["fn.weight", "fn.bias", "args[0]"]]
+
+
+def test_compare_names_replace_paths():
+    [m] = compare([torch.zeros(1), torch.zeros(1)], [torch.zeros(1), torch.ones(1)], names=["grad of a", "grad of b"])
+    assert m.output == "grad of b"

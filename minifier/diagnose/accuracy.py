@@ -68,12 +68,16 @@ def fp64_reference(fn: Callable, inputs: list) -> Optional[Any]:
 
 
 def compare(expected: Any, actual: Any, reference: Optional[Any] = None, *,
-            tolerance: Optional[float] = None, ignore_non_fp: bool = False) -> list:
+            tolerance: Optional[float] = None, ignore_non_fp: bool = False,
+            names: Optional[list] = None) -> list:
     """Mismatches of `actual` against `expected` (eager), using `reference` (float64) if given.
 
-    `tolerance` overrides both rtol and atol for every float dtype.
+    `tolerance` overrides both rtol and atol for every float dtype. `names`, one per flattened
+    value, replace the paths ("out[0]") in the mismatches (e.g. "grad of x").
     """
     exp, act = flatten(expected), flatten(actual)
+    if names is not None and len(names) == len(exp):
+        exp = [(name, e) for name, (_, e) in zip(names, exp)]
     if len(exp) != len(act):
         return [Mismatch("out", "", (), float("inf"), None,
                          f"expected {len(exp)} outputs, got {len(act)}")]
