@@ -11,6 +11,13 @@ from tdbg.cli.console import exit_codes_help, fail, out, report_to_stderr, write
 JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
                    "crash", "timeout", "backend")
+# failure stage -> what the FAILED line says when the failure is in a graph's backward
+BACKWARD_WORDS = {
+    "accuracy": "a compiled graph's backward gives gradients that differ from eager autograd",
+    "kernel_runtime": "a compiled kernel of a graph's backward failed while running",
+    "crash": "the process died from a signal while running a compiled graph's backward",
+    "backend": "the backend failed while running a compiled graph's backward",
+}
 # failure stage -> repro level that captures it (see `tdbg minify --help`)
 MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 
@@ -26,7 +33,12 @@ MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 @click.option("--fullgraph", is_flag=True, help="Every torch.compile gets fullgraph=True: a graph break is an error.")
 @click.option("--function", "function", metavar="NAME", help="Compile only frames of the function NAME; others run eagerly.")
 @click.option("--check-accuracy", is_flag=True,
-              help="Compare each compiled graph's first call with eager (float64 reference, per-dtype tolerances).")
+              help="Compare compiled calls with eager on an untouched copy of each graph (float64 reference, "
+                   "per-dtype tolerances): outputs, and gradients when the call builds an autograd graph. "
+                   "Checked: each graph's first 3 calls and every later call with a new input signature.")
+@click.option("--check-calls", type=click.IntRange(min=1), metavar="N",
+              help="With --check-accuracy: check each graph's first N calls (and up to N later calls with a "
+                   "new input signature).")
 @click.option("--repro-after", type=click.Choice(["dynamo", "aot"]),
               help="Dump repro files for the graph after Dynamo or after AOTAutograd (also TDBG_REPRO_AFTER).")
 @click.option("--repro-level", type=click.IntRange(1, 4), help="1 repro.py on compile failure, 2 launcher on failure, "
@@ -34,8 +46,8 @@ MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 @click.option("--out", "out_dir", metavar="DIR", help="Directory for repro files (default tdbg_repro/<time>/).")
 @common.timeout_option(None)
 @common.json_option
-def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, repro_after, repro_level,
-        out_dir, timeout, json_path):
+def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, check_calls, repro_after,
+        repro_level, out_dir, timeout, json_path):
     """Run SCRIPT as __main__ (with its own ARGS after --), every torch.compile using --backend.
 
     On failure: which stage broke, the user's source line, the FX node and kernel when known, the
@@ -44,6 +56,9 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     common.require_script(script)
     if json_path == "-":
         report_to_stderr()
+    _check_values(check_accuracy, check_calls, timeout, function)
+    common.check_output_file(json_path, "--json")
+    common.check_output_dir(out_dir, "--out")
     common.check_backend(backend)
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
@@ -53,18 +68,32 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     from tdbg.minifier.runs.runner import RunRequest, run_script, parse_torch_logs
     repro = _repro(repro_after, repro_level, out_dir)
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
-                         check_accuracy=check_accuracy, config_changes=changes,
+                         check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
                          timeout=timeout, stdout_to_stderr=json_path == "-")
     verdict = run_script(request)
-    code, commands = _outcome(verdict, script, args, backend)
+    verdict["timeout"] = timeout
+    code, commands = _outcome(verdict, script, args, backend, function)
     render(verdict, script, backend, code, commands)
     write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                            "options": {"fullgraph": fullgraph, "function": function, "check_accuracy": check_accuracy,
-                                       "debug": debug, "logs": logs, "timeout": timeout},
+                                       "check_calls": check_calls, "debug": debug, "logs": logs,
+                                       "timeout": timeout},
                            "exit_code": code, "next_commands": commands, "verdict": verdict},
                JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
+
+
+def _check_values(check_accuracy: bool, check_calls, timeout, function) -> None:
+    """Refuse values no run can honour, before any work."""
+    if check_calls is not None and not check_accuracy:
+        fail("--check-calls N says how many calls --check-accuracy checks; add --check-accuracy.", "usage")
+    if timeout is not None and not timeout > 0:
+        fail(f"--timeout {timeout:g}: give a number of seconds greater than 0 (or leave it out for no limit).",
+             "usage")
+    if function is not None and not function.isidentifier():
+        fail(f"--function {function!r}: give the name of a Python function (an identifier), e.g. --function forward.",
+             "usage")
 
 
 def _split_logs(spec: str):
@@ -86,28 +115,44 @@ def _repro(after, level, out_dir):
     return {"after": after, "level": level or 2, "out_dir": out_dir} if after else None
 
 
-def _outcome(verdict: dict, script: str, args, backend: str):
+def _outcome(verdict: dict, script: str, args, backend: str, function=None):
     """(exit code, next commands). A run that never compiled anything is bad input."""
     if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
         verdict.update(status="failed", stage="bad_input",
                        error={"type": "bad_input", "message": common.never_compiled_message(script)})
+    elif verdict["status"] == "ok" and function and not verdict.get("graphs"):
+        skipped = verdict.get("skipped_frames") or []
+        seen = f"the frames torch.compile reached were: {', '.join(skipped)}" if skipped else \
+            "torch.compile reached no frame at all"
+        verdict.update(status="failed", stage="bad_input",
+                       error={"type": "bad_input", "message": f"--function {function}: no frame of a function named "
+                              f"{function!r} was compiled ({seen}); nothing was checked. Give one of those names."})
     return common.stage_exit_code(verdict), next_commands(verdict, script, args, backend)
 
 
 def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     stage = verdict.get("stage")
     words = common.script_words(script, args)
+    tail = ["--", *args] if args else []
+    # tdbg's bisect walks its own chain by default; any other backend is bisected up to itself
+    bisect = ["tdbg", "bisect", script] + ([] if backend == "inductor" else ["--backend", backend]) + tail
     if stage == "dynamo":
         return [common.command_line(["tdbg", "explain", *words])]
     if stage == "script":
         graphs = verdict.get("graphs") or []
         unchecked = bool(graphs) and not any(g.get("checked") for g in graphs)
         check = [common.command_line(["tdbg", "run", script, "--backend", backend, "--check-accuracy",
-                                      *(["--", *args] if args else [])])] if unchecked else []
-        return check + [common.command_line(["tdbg", "bisect", *words])]
+                                      *tail])] if unchecked else []
+        return check + [common.command_line(bisect)]
     if stage not in COMPILER_STAGES:
         return []
-    commands = [] if backend not in ("inductor", "aot_eager") else [common.command_line(["tdbg", "bisect", *words])]
+    err = verdict.get("error") or {}
+    if stage in ("timeout", "crash") and err.get("graph") is None and err.get("last_compiled"):
+        # the process was outside every compiled graph: see whether it does the same uncompiled
+        confirm = ["tdbg", "run", script, "--backend", "eager"]
+        limit = ["--timeout", f"{verdict['timeout']:g}"] if verdict.get("timeout") else []
+        return [common.command_line(confirm + limit + tail)]
+    commands = [common.command_line(bisect)] if backend != "eager" else []
     launcher = os.path.join(verdict.get("repro_dir") or "", "minifier_launcher.py")
     if verdict.get("repro_dir") and os.path.isfile(launcher):   # the dump holds the failing graph
         return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
@@ -115,7 +160,7 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]
     if backend != "inductor":
         minify += ["--backend", backend]
-    return commands + [common.command_line(minify + (["--", *args] if args else []))]
+    return commands + [common.command_line(minify + tail)]
 
 
 def render(verdict: dict, script: str, backend: str, code: int, commands: list) -> None:
@@ -124,14 +169,18 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     graphs = verdict.get("graphs") or []
     if verdict["status"] == "ok":
         checked = sum(1 for g in graphs if g.get("checked"))
-        accuracy = f", accuracy checked on {checked} graph(s)" if checked else ""
+        calls = sum(g.get("checked_calls", 0) for g in graphs)
+        grads = sum(g.get("grads_checked", 0) for g in graphs)
+        accuracy = (f", accuracy checked on {checked} graph(s) ({calls} call(s), gradients on {grads})"
+                    if checked else "")
         c.print(f"[bold green]OK[/] {escape(script)}: backend {escape(backend)}, {len(graphs)} graph(s) "
                 f"compiled{accuracy}, {verdict.get('duration_s', 0):.1f} s")
         _debug_line(verdict)
         return
     err = verdict.get("error") or {}
     stage = verdict.get("stage")
-    c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(common.STAGE_WORDS.get(stage, str(stage)))} "
+    words = BACKWARD_WORDS.get(stage) if err.get("part") == "backward" else None
+    c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(words or common.STAGE_WORDS.get(stage, str(stage)))} "
             f"(stage {stage}, exit code {code})")
     rows = [("backend", backend), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
             ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
@@ -161,8 +210,9 @@ def _row(c, key: str, value) -> None:
 def _graph_text(err: dict, count: int):
     if err.get("graph") is None:
         return None
-    during = {"compile": "while compiling", "run": "while running", "compile_start": "while compiling",
-              "first_call": "on its first call", "compiled": "after compiling"}.get(err.get("during"), "")
+    call = f" (call {err['call']})" if err.get("call") else ""
+    during = {"compile": "while compiling", "run": f"forward, while running{call}",
+              "backward": f"backward, while running{call}"}.get(err.get("during"), "")
     frame = f" (frame {err['frame']})" if err.get("frame") else ""
     return f"{err['graph']}{frame} {during}".strip()
 

@@ -214,45 +214,70 @@ def _fill(t):
 
 
 class _Checked:
-    """The compiled callable, plus the first-call duties of levels 3 and 4 and runtime dumps."""
+    """The compiled callable, plus the call-time duties of levels 3 and 4 and runtime dumps.
+
+    Level 3 rewrites the graph's launcher with the real inputs of its first call. Level 4 checks
+    the calls a `checks.CallPolicy` picks (`dumper.check_calls` when the dumper has it, else the
+    default: the first few calls and every new input signature), against `snap`, the graph as it
+    was before the backend saw it: outputs always, and gradients when the call builds an autograd
+    graph (after dynamo). A mismatch dumps and raises an AccuracyError naming the call and part."""
 
     def __init__(self, compiled, snap, dumper: _Dumper, tag: str):
+        from tdbg.minifier.diagnose.checks import CallCounter, CallPolicy
         self._compiled, self._snap, self._dumper, self._tag = compiled, snap, dumper, tag
-        self._calls = 0
+        self._counter = CallCounter(CallPolicy.every(getattr(dumper, "check_calls", None)))
 
     def __getattr__(self, name):
         return getattr(self._compiled, name)
 
     def __call__(self, *args):
-        first, self._calls = self._calls == 0, self._calls + 1
+        from tdbg.minifier.diagnose.checks import check_call
+        call, check = self._counter.next_call(args)
         d = self._dumper
-        if first and d.level == 3:
+        if call == 1 and d.level == 3:
             d._dump(self._snap, args, (LAUNCHER,), None, self._tag)
-        expected = _eager(self._snap, args) if first and d.level == 4 else None
+        inputs = _clones(args) if check and d.level == 4 else args   # what the graph was given
         try:
-            actual = self._compiled(*args)
+            if not (check and d.level == 4):
+                return self._compiled(*args)
+            result = check_call(self._compiled, self._snap, args)
         except Exception as e:
-            raise d._failed(e, "runtime_error", self._snap, args)
-        if expected is not None:
-            self._check(expected, actual, args)
-        return actual
-
-    def _check(self, expected, actual, args) -> None:
-        from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
-        from tdbg.minifier.reduce.oracle import Outcome
-        if not compare(expected, actual):
-            return
-        found = compare(expected, actual, fp64_reference(self._snap, _clones(args)))
-        if found:
-            error = AccuracyError(self._tag, found)
-            error.tdbg_outcome = Outcome("accuracy", outputs=tuple(m.output for m in found))
-            raise self._dumper._failed(error, "accuracy", self._snap, args)
+            raise d._failed(e, "runtime_error", self._snap, inputs)
+        for part, found in (("backward" if _is_backward(self._snap) else "forward", result.forward),
+                            ("backward", result.backward)):
+            if found:
+                raise d._failed(_mismatch(self._snap, self._tag, call, part, found), "accuracy", self._snap, inputs)
+        return result.actual
 
 
-def _eager(snap, args):
-    import torch
-    with torch.no_grad():
-        return snap(*_clones(args))
+class _CallMismatch(AccuracyError):
+    """AccuracyError that also names the call, the part (forward/backward) and where each
+    mismatch comes from (`checks.places`)."""
+
+    def __init__(self, tag: str, call: int, part: str, mismatches: list, places: dict):
+        super().__init__(f"{tag} ({part}), call {call},", mismatches)
+        self.tag, self.call, self.part = tag, call, part
+        self.places = {m.output: places.get(m.output) or {} for m in self.mismatches}
+
+    def evidence(self) -> dict:
+        nodes = list(dict.fromkeys(p["fx_node"] for p in self.places.values() if p.get("fx_node")))
+        source = next((p["source"] for p in self.places.values() if p.get("source")), None)
+        return dict(super().evidence(), graph=self.tag, call=self.call, part=self.part, places=self.places,
+                    source=source, fx_node=", ".join(nodes) or None)
+
+
+def _mismatch(snap, tag: str, call: int, part: str, found: list) -> "_CallMismatch":
+    from tdbg.minifier.diagnose.checks import places
+    from tdbg.minifier.reduce.oracle import Outcome
+    from tdbg.minifier.runs.instrument import is_user_file
+    error = _CallMismatch(tag, call, part, found, places(snap, is_user_file))
+    error.tdbg_outcome = Outcome("accuracy", outputs=tuple(m.output for m in found))
+    return error
+
+
+def _is_backward(snap) -> bool:
+    """An AOT backward graph: its inputs include the tangents (gradients of the outputs)."""
+    return any(n.op == "placeholder" and n.name.startswith("tangents") for n in snap.graph.nodes)
 
 
 def _clones(args) -> list:

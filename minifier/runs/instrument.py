@@ -5,12 +5,16 @@
 graph there, user lines), every recompile (the guard that failed) and the guards of each frame.
 Exceptions raised by the backend while compiling or by a compiled graph while running are
 tagged with the stage and graph, so `classify` can tell them apart from the script's own errors.
-An events file gets one JSON line per compile start/end and per graph's first call: if the
-process dies from a signal the parent still knows where it was.
+An events file gets one JSON line per compile start/end and per graph's first call, and a
+status file always holds where the program is now (graph, call number, running / returned /
+in the backward): if the process dies from a signal or is killed at its timeout, the parent still
+knows where it was. With `check_accuracy`, calls chosen by a `checks.CallPolicy` are checked
+against eager on an untouched copy of the graph, forward and backward (diagnose/checks.py).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -18,6 +22,9 @@ import traceback
 from typing import Any, Callable, Optional
 
 from tdbg.compiler.errors import TdbgError
+from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
+
+STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
 
 # Frames from these directories are framework frames, never "the user's line".
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,20 +32,7 @@ _FRAMEWORK_DIRS = tuple(os.path.realpath(d) + os.sep for d in (
     os.path.dirname(traceback.__file__), *(os.path.join(_ROOT, p) for p in ("minifier", "cli", "compiler"))))
 
 
-class AccuracyError(TdbgError):
-    """A compiled graph's first call returned results that differ from eager."""
-    stage = "accuracy"
-
-    def __init__(self, graph: int, mismatches: list):
-        self.graph, self.mismatches = graph, mismatches
-        lines = [f"{m.output} ({m.dtype}{list(m.shape)}): {m.message}" for m in mismatches]
-        super().__init__(f"compiled graph {graph} differs from eager:\n" + "\n".join(lines))
-
-    def evidence(self) -> dict:
-        return {"stage": self.stage, "message": str(self),
-                "mismatches": [m.to_dict() for m in self.mismatches]}
-
-
+@functools.lru_cache(maxsize=4096)   # asked per frame on every call that builds an autograd graph
 def is_user_file(filename: str) -> bool:
     """False for framework files and generated code (tdbg's output_code.py, <string> sources)."""
     real = os.path.realpath(filename)
@@ -81,6 +75,19 @@ def graph_lines(gm) -> list:
     return list(lines.values())
 
 
+def _caller_line() -> Optional[str]:
+    """'file:line in fn: code' of the innermost user frame on the current stack, or None."""
+    import linecache
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}: {code}"
+
+
 def _current_frame_name() -> str:
     from torch._dynamo.symbolic_convert import InstructionTranslator
     try:
@@ -99,17 +106,6 @@ def call_compiled(compiled: Callable, args) -> Any:
     return compiled(*args)
 
 
-def _clone(args) -> list:
-    import torch
-    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-
-
-def _detach(value):
-    import torch.utils._pytree as pytree
-    import torch
-    return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, value)
-
-
 def _guard_summary(guards) -> dict:
     counts, tensors = {}, []
     for g in guards:
@@ -125,10 +121,16 @@ class Session:
 
     def __init__(self, backend_fn: Optional[Callable], *, backend_kind: str = "", fullgraph: bool = False,
                  function: Optional[str] = None, check_accuracy: bool = False,
-                 events_path: Optional[str] = None):
+                 check_calls: Optional[int] = None, events_path: Optional[str] = None,
+                 status_path: Optional[str] = None):
         self.backend_fn, self.backend_kind = backend_fn, backend_kind
         self.fullgraph, self.function, self.check_accuracy = fullgraph, function, check_accuracy
+        self.policy = CallPolicy.every(check_calls)
         self.events_path = events_path
+        self._status_fd = os.open(status_path, os.O_WRONLY | os.O_CREAT, 0o600) if status_path else None
+        self.backwards: list = []   # graphs whose backward is running now (innermost last)
+        self.skipped_frames: list = []   # frames `function` left out (named if it matches none)
+        self.node_sources: dict = {}   # graph -> {node name: (op name, user line or None)}
         self.compile_calls = 0
         self.graphs: list = []
         self.recompiles: list = []
@@ -174,6 +176,8 @@ class Session:
             # Skipping the frame (not running its graph eagerly) lets Dynamo see the functions it
             # calls as frames of their own, so `--function inner` works when inner is inlined.
             from torch._dynamo.exc import SkipFrame
+            if frame not in self.skipped_frames:
+                self.skipped_frames.append(frame)
             raise SkipFrame(f"tdbg --function {self.function}: frame {frame} not selected")
         index = len(self.graphs)
         info = {"index": index, "frame": frame, "ops": [op_name(n) for n in gm.graph.nodes
@@ -181,48 +185,78 @@ class Session:
                 "lines": graph_lines(gm)}
         info.update(self._reason(gm))
         self.graphs.append(info)
+        self.node_sources[index] = {n.name: (op_name(n), node_source(n, is_user_file))
+                                    for n in gm.graph.nodes if n.op.startswith("call_")}
         first = (info["lines"] or info["stack"] or [None])[0]
         self.event("compile_start", graph=index, frame=frame,
                    source=f"{first['file']}:{first['line']}  {first['code']}" if first else None)
+        self.status("compiling", index, 0)
+        # the reference must run the graph Dynamo made, not what an in-place editing backend left
+        snap = snapshot(gm) if self.check_accuracy else None
         try:
             compiled = self.backend_fn(gm, example_inputs)
         except BaseException as e:
             self.tag(e, compile_stage(e, self.backend_kind), index, "compile")
             raise
         self.event("compiled", graph=index)
-        return self._wrap_call(compiled, gm, info)
+        self.status("compiled", index, 0)
+        return self._wrap_call(compiled, snap, info)
 
-    def _wrap_call(self, compiled, gm, info):
-        state = {"first": True}
+    def _wrap_call(self, compiled, snap, info):
+        index, counter = info["index"], CallCounter(self.policy)
 
         def run(*args):
+            call, check = counter.next_call(args)
             try:
-                if state["first"]:
-                    state["first"] = False
-                    self.event("first_call", graph=info["index"])
-                    if self.check_accuracy:
-                        return self._checked_call(compiled, gm, info, args)
-                return call_compiled(compiled, args)
+                if call == 1:
+                    self.event("first_call", graph=index)
+                self.status("running", index, call)
+                if check and snap is not None:
+                    actual = self._checked_call(compiled, snap, info, call, args)
+                else:
+                    actual = call_compiled(compiled, args)
             except BaseException as e:
-                self.tag(e, runtime_stage(e), info["index"], "run")
+                self.tag(e, runtime_stage(e), index, getattr(e, "tdbg_during", "run"), call)
                 raise
+            self.status("returned", index, call)
+            self._watch_backward(actual, index, call)
+            return actual
         return run
 
-    def _checked_call(self, compiled, gm, info, args):
-        import torch
-        from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
-        rng = torch.get_rng_state()
-        with torch.no_grad():
-            expected = gm(*_clone(args))
-        torch.set_rng_state(rng)
-        reference = fp64_reference(gm, _clone(args))
-        torch.set_rng_state(rng)
-        actual = call_compiled(compiled, args)
-        mismatches = compare(expected, _detach(actual), reference)
+    def _checked_call(self, compiled, snap, info, call: int, args):
+        result = check_call(compiled, snap, args, call=lambda fn, a: call_compiled(fn, a))
         info["checked"] = True
-        if mismatches:
-            raise AccuracyError(info["index"], mismatches)
-        return actual
+        info["checked_calls"] = info.get("checked_calls", 0) + 1
+        info["grads_checked"] = info.get("grads_checked", 0) + int(result.grads_checked)
+        for part, found in (("forward", result.forward), ("backward", result.backward)):
+            if found:
+                error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file))
+                error.tdbg_during = part if part == "backward" else "run"
+                raise error
+        return result.actual
+
+    def _watch_backward(self, outputs, index: int, call: int) -> None:
+        """Hooks on the outputs' autograd node: the status file and `backwards` say when this
+        graph's backward runs, so a failure there is put on the right graph."""
+        import torch
+        import torch.utils._pytree as pytree
+        nodes = {id(t.grad_fn): t.grad_fn for t in pytree.tree_leaves(outputs)
+                 if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+        if not nodes:
+            return
+        entry = (index, call, _caller_line())   # the forward's call site: where its backward came from
+        for node in nodes.values():
+            node.register_prehook(lambda grads, e=entry: self._backward(True, e))
+            node.register_hook(lambda grads_in, grads_out, e=entry: self._backward(False, e))
+
+    def _backward(self, starting: bool, entry: tuple) -> None:
+        if starting:
+            self.backwards.append(entry)
+            self.status("backward", entry[0], entry[1])
+        else:
+            if entry in self.backwards:
+                self.backwards.remove(entry)
+            self.status("backward_done", entry[0], entry[1])
 
     @staticmethod
     def _reason(gm) -> dict:
@@ -244,15 +278,30 @@ class Session:
         self.guards.append({"frame": frame, **_guard_summary(guards)})
 
     # -- bookkeeping ----------------------------------------------------------------------------
-    def tag(self, exc: BaseException, stage: str, graph: int, during: str) -> None:
+    def tag(self, exc: BaseException, stage: str, graph: int, during: str, call: Optional[int] = None) -> None:
         if not any(e is exc for e, _ in self.tagged):
-            self.tagged.append((exc, {"stage": stage, "graph": graph, "during": during}))
+            self.tagged.append((exc, {"stage": stage, "graph": graph, "during": during, "call": call}))
 
     def tag_of(self, exc: BaseException) -> Optional[dict]:
         for e, info in self.tagged:
             if e is exc:
                 return info
         return None
+
+    def backward_tag(self, exc: BaseException) -> Optional[dict]:
+        """The tag of an exception raised while a compiled graph's backward ran (autograd calls
+        the backward outside `run`, so nothing tagged it), or None."""
+        if not self.backwards:
+            return None
+        graph, call, site = self.backwards[-1]
+        return {"stage": runtime_stage(exc), "graph": graph, "during": "backward", "call": call, "site": site}
+
+    def status(self, state: str, graph: int, call: int) -> None:
+        """Rewrite the status file: where the program is now (read if the process dies)."""
+        if self._status_fd is None:
+            return
+        line = json.dumps({"state": state, "graph": graph, "call": call}).encode()
+        os.pwrite(self._status_fd, line[:STATUS_BYTES - 1].ljust(STATUS_BYTES - 1) + b"\n", 0)
 
     def event(self, name: str, **fields) -> None:
         if not self.events_path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import re
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ class RunRequest:
     fullgraph: bool = False
     function: Optional[str] = None
     check_accuracy: bool = False
+    check_calls: Optional[int] = None    # checks.CallPolicy.every(check_calls): None = the default policy
     # The child's tdbg Config: `config_json` (a Config.to_json() text) when given, else the
     # child's environment (config.from_env) with `config_changes` applied. The second form
     # keeps the parent free of torch (importing tdbg.compiler imports torch).
@@ -100,9 +102,10 @@ def run_script(req: RunRequest, pool=None) -> dict:
 
 
 def _run_in(tmp: str, req: RunRequest, pool) -> dict:
-    paths = {k: os.path.join(tmp, f"{k}") for k in ("spec.json", "events.jsonl", "verdict.json",
+    paths = {k: os.path.join(tmp, f"{k}") for k in ("spec.json", "events.jsonl", "status.json", "verdict.json",
                                                    "stdout.txt", "stderr.txt")}
     spec = dict(asdict(req), script=os.path.abspath(req.script), events=paths["events.jsonl"],
+                status=paths["status.json"],
                 verdict=paths["verdict.json"], stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
     with open(paths["spec.json"], "w") as f:
         json.dump(spec, f)
@@ -112,7 +115,7 @@ def _run_in(tmp: str, req: RunRequest, pool) -> dict:
         returncode, timed_out = _spawn(paths, req)
     verdict = _read_json(paths["verdict.json"])
     if verdict is None:
-        verdict = _dead_child_verdict(returncode, timed_out, req, paths["events.jsonl"])
+        verdict = _dead_child_verdict(returncode, timed_out, req, paths["events.jsonl"], paths["status.json"])
     verdict["duration_s"] = round(time.monotonic() - start, 2)
     if req.capture:
         verdict["stdout_tail"] = _tail(paths["stdout.txt"])
@@ -198,15 +201,37 @@ def read_jsonl(path: str) -> list:
         return []
 
 
-def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, events_path: str) -> dict:
-    """The child wrote no verdict: it was killed (timeout), died from a signal, or crashed hard."""
+# status state -> (where the process was, is a compiled graph to blame, `during`)
+_WHERE = {
+    "compiling": ("while compiling graph {graph}", True, "compile"),
+    "compiled": ("after compiling graph {graph}, before its first call", False, None),
+    "running": ("while running graph {graph} (call {call})", True, "run"),
+    "returned": ("after graph {graph}'s call {call} returned: outside every compiled graph, in the "
+                 "script's own code or eager PyTorch", False, None),
+    "backward": ("while running graph {graph}'s backward (for call {call})", True, "backward"),
+    "backward_done": ("after graph {graph}'s backward (for call {call}) finished: outside every "
+                      "compiled graph, in the script's own code or eager PyTorch", False, None),
+}
+
+
+def _read_status(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, events_path: str,
+                        status_path: str = "") -> dict:
+    """The child wrote no verdict: it was killed (timeout), died from a signal, or crashed hard.
+    The status file says where it was: a compiled graph (compiling, running a call, its
+    backward) is blamed only when it was inside one."""
     events = read_jsonl(events_path)
-    last = events[-1] if events else {}
-    graph = last.get("graph")
-    where = {"compile_start": f"while compiling graph {graph}",
-             "compiled": f"after compiling graph {graph}",
-             "first_call": f"while running graph {graph} for the first time"}.get(last.get("event"),
-                                                                                 "before any graph was compiled")
+    status = _read_status(status_path)
+    template, blame, during = _WHERE.get(status.get("state"), ("before any graph was compiled", False, None))
+    where = template.format(**status)
+    graph = status.get("graph") if blame else None
     if timed_out:
         stage, message = "timeout", f"the run exceeded its {req.timeout:g} s timeout ({where})"
     elif returncode < 0:
@@ -223,7 +248,9 @@ def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, event
     return {"status": "failed", "stage": stage, "exit_code": returncode, "compile_calls": None,
             "graphs": [], "recompiles": [], "guards": [],
             "error": {"type": stage, "message": message, "graph": graph, "frame": start.get("frame"),
-                      "during": last.get("event"), "source": source, "fx_node": None, "kernel": None,
+                      "during": during, "call": status.get("call") if blame else None,
+                      "part": "backward" if during == "backward" else None,
+                      "last_compiled": status or None, "source": source, "fx_node": None, "kernel": None,
                       "evidence": {}, "traceback": ""}}
 
 
@@ -262,7 +289,8 @@ def _child(spec: dict) -> dict:
             backend_fn = wrap_backend(backend_fn, config=cfg, **repro)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
-                                 events_path=spec["events"])
+                                 check_calls=spec.get("check_calls"), events_path=spec["events"],
+                                 status_path=spec.get("status"))
     with open(script, "rb") as f:
         code = compile(f.read(), script, "exec")
     module = types.ModuleType("__main__")
@@ -301,7 +329,8 @@ def _bad_input(message: str) -> dict:
 def _verdict(session, exc, exit_code: int, script: str, cfg) -> dict:
     verdict = {"status": "ok", "stage": None, "exit_code": exit_code, "compile_calls": session.compile_calls,
                "graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards,
-               "error": None, "debug_dir": _debug_dir(cfg)}
+               "error": None, "debug_dir": _debug_dir(cfg), "skipped_frames": session.skipped_frames,
+               "check_policy": session.policy.describe() if session.check_accuracy else None}
     if exc is not None:
         verdict["error"] = describe(exc, session, script)
         verdict.update(status="failed", stage=verdict["error"]["stage"], exit_code=1)
@@ -322,12 +351,17 @@ def _debug_dir(cfg) -> Optional[str]:
 
 
 def describe(exc: BaseException, session, script: str) -> dict:
-    """Classify `exc` and pull out the user's line, FX node, kernel and the first lines of the error."""
+    """Classify `exc` and pull out the user's line, FX node, kernel and the first lines of the error.
+
+    The source is the failing op's own line when it is known (the error's evidence, a mismatching
+    output's node, the FX node of the graph), else the user's innermost frame."""
     import traceback
 
     from tdbg.minifier.runs import instrument
     chain = instrument.exception_chain(exc)
     tag = next((t for t in map(session.tag_of, chain) if t), None)
+    if tag is None and _from_autograd(chain):
+        tag = session.backward_tag(exc)
     typed = instrument.typed_error(exc)
     if tag:
         stage = tag["stage"]
@@ -340,13 +374,57 @@ def describe(exc: BaseException, session, script: str) -> dict:
     graph = tag["graph"] if tag else None
     info = session.graphs[graph] if graph is not None and graph < len(session.graphs) else {}
     fx = evidence.get("fx_node") or ", ".join(evidence.get("fx_nodes") or []) or None
-    source = evidence.get("source") if "\n" not in str(evidence.get("source") or "").strip() else None
+    during = tag["during"] if tag else None
+    site = tag.get("site") if tag else None    # a backward's failure: the forward's call site
+    source = (_evidence_source(evidence.get("node_source")) or _evidence_source(evidence.get("source"))
+              or (_node_source(session, graph, fx) if during != "backward" else None)
+              or (_rel_source(site) if site else None) or _user_line(chain, script))
     return {"stage": stage, "type": type(root).__name__,
             "message": _first_lines(evidence.get("message") or f"{type(root).__name__}: {root}"),
-            "source": source or _user_line(chain, script),
-            "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
-            "frame": info.get("frame"), "during": tag["during"] if tag else None, "evidence": evidence,
+            "source": source, "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
+            "frame": info.get("frame"), "during": during, "call": tag.get("call") if tag else None,
+            "part": evidence.get("part") or ("backward" if during == "backward" else ("forward" if tag else None)),
+            "evidence": evidence,
             "traceback": "".join(traceback.format_exception(type(exc), exc, _script_tb(exc)))}
+
+
+def _from_autograd(chain) -> bool:
+    """The exception came out of autograd's backward engine (loss.backward(), autograd.grad)."""
+    import traceback
+    marker = os.path.join("torch", "autograd") + os.sep
+    return any(marker in f.filename for e in chain for f in traceback.extract_tb(e.__traceback__))
+
+
+def _evidence_source(text) -> Optional[str]:
+    """An error's own source: one 'file:line ...' line, or the user frame of a node's stack trace
+    ('File "f", line N, in fn' lines); None for anything else (e.g. a kernel's C++)."""
+    from tdbg.minifier.diagnose.checks import trace_source
+    from tdbg.minifier.runs.instrument import is_user_file
+    text = str(text or "").strip()
+    if not text:
+        return None
+    if 'File "' in text:
+        line = trace_source(text, is_user_file)
+        return _rel_source(line) if line else None
+    return _rel_source(text) if "\n" not in text and ":" in text else None
+
+
+def _node_source(session, graph, fx) -> Optional[str]:
+    """The user line of a named FX node of an aten graph, through the Dynamo graph `graph`: the
+    earliest named node (in the Dynamo graph's order) whose op appears exactly once there (aten
+    nodes are named after their op; Dynamo's after the user's variables, so only a unique op
+    identifies the node)."""
+    ops = {re.sub(r"_\d+$", "", name) for name in str(fx or "").split(", ") if name}
+    known = list((getattr(session, "node_sources", {}).get(graph) or {}).values())
+    for op, line in known:
+        if op in ops and line and sum(1 for o, _ in known if o == op) == 1:
+            return _rel_source(line)
+    return None
+
+
+def _rel_source(line: str) -> str:
+    path, sep, rest = line.partition(":")
+    return f"{_rel(path)}{sep}{rest}"
 
 
 def _script_tb(exc: BaseException):

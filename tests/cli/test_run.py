@@ -48,7 +48,8 @@ def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
 @pytest.mark.scenario("run_foo1_compile_error", "run_fullgraph")
 def test_source_line_and_kernel_are_reported(scenarios):
     err = scenarios["run_foo1_compile_error"].json["verdict"]["error"]
-    assert err["source"] == "examples/foo1.py:17 in <module>: result = compiled_foo1(x1, x2)"
+    # the fused kernel's first op's own line, not the call site (line 17)
+    assert err["source"] == "examples/foo1.py:6 in foo1: a = torch.neg(x1)"
     assert err["kernel"].startswith("cpp_") and "neg" in err["kernel"]
     # the real g++ error, trimmed: a few lines, not the whole log
     assert "error:" in err["message"] and len(err["message"].splitlines()) <= 13
@@ -63,12 +64,24 @@ def test_accuracy_report_names_output(scenarios):
     mismatch = err["evidence"]["mismatches"][0]
     assert mismatch["output"] == "out[0]" and mismatch["shape"] == [8390, 8]
     assert mismatch["max_abs_error"] > 1.0
+    assert (err["call"], err["part"], err["fx_node"]) == (1, "forward", "y")
+    assert err["source"] == "examples/foo2.py:8 in foo2: y = torch.cat([b], dim=0)"
+
+
+@pytest.mark.scenario("run_foo2_kernel_runtime", "run_foo2_crash")
+def test_runtime_failures_name_the_call_and_the_ops_line(scenarios):
+    err = scenarios["run_foo2_kernel_runtime"].json["verdict"]["error"]
+    assert (err["during"], err["call"], err["source"]) == ("run", 1, "examples/foo2.py:6 in foo2: a = torch.neg(x1)")
+    crash = scenarios["run_foo2_crash"].json["verdict"]["error"]
+    assert (crash["graph"], crash["during"], crash["call"]) == (0, "run", 1)
+    assert "(while running graph 0 (call 1))" in crash["message"]
 
 
 @pytest.mark.scenario("run_toy_compiler")
 def test_user_backend_failure_points_at_minify_after_dynamo(scenarios):
     r = scenarios["run_toy_compiler"]
     assert r.json["next_commands"] == [
+        "tdbg bisect examples/toy_compiler.py --backend examples/toy_compiler.py:toy_compiler",
         "tdbg minify examples/toy_compiler.py --after dynamo --level 2 --backend examples/toy_compiler.py:toy_compiler"]
     assert r.json["verdict"]["error"]["message"] == "AssertionError: toy_compiler does not support relu"
 

@@ -1,0 +1,91 @@
+"""`tdbg run --check-accuracy` on real failures: a bug only in the backward graph, a bug first
+reached on the third call, a backend that edits Dynamo's graph in place, a failing backward
+kernel, and a hang after the compiled calls returned. Each asserts the exact verdict."""
+import os
+
+import pytest
+
+from tdbg.cli.console import exit_code
+
+S = "tests/scenarios/scripts"
+BACKENDS = f"{S}/user_backends.py"
+RUNS = {
+    "backward_only": (("run", f"{S}/train_mlp.py", "--check-accuracy"), {"TDBG_INJECT_BUG": "le:accuracy"}),
+    "third_call": (("run", f"{S}/third_call.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
+                    "--check-accuracy"), {}),
+    "edits_in_place": (("run", f"{S}/third_call.py", "--backend", f"{BACKENDS}:edits_in_place", "--check-accuracy"),
+                       {}),
+    "aot_autograd_backward": (("run", f"{S}/train_mlp.py", "--backend", f"{BACKENDS}:wrong_backward",
+                               "--check-accuracy"), {}),
+    "backward_kernel": (("run", f"{S}/train_mlp.py"), {"TDBG_INJECT_BUG": "le:runtime_error"}),
+}
+THIRD_CALL_LINE = f"{S}/third_call.py:6 in f: return torch.relu(x) * 2 + 1"
+MLP_CALL_LINE = f"{S}/train_mlp.py:12 in <module>: loss = torch.nn.functional.cross_entropy(step(x), target)"
+
+
+@pytest.fixture(scope="module")
+def runs(tdbg_runs):
+    tdbg_runs.start(*RUNS.values())
+    return lambda name: tdbg_runs(*RUNS[name])
+
+
+def test_backward_only_bug_is_an_accuracy_failure_of_the_backward(runs):
+    r = runs("backward_only")
+    assert r.code == exit_code("accuracy"), r.output
+    assert ("FAILED tests/scenarios/scripts/train_mlp.py: a compiled graph's backward gives gradients that differ "
+            "from eager autograd (stage accuracy, exit code 16)") in r.stdout
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["call"], err["part"], err["during"]) == (0, 1, "backward", "backward")
+    assert [m["output"] for m in err["evidence"]["mismatches"]] == ["grad of fn.0.weight", "grad of fn.0.bias"]
+    assert err["source"] == MLP_CALL_LINE
+    assert "graph: 0 (frame inner) backward, while running (call 1)" in r.stdout
+
+
+def test_bug_first_reached_on_the_third_call_names_that_call_and_the_ops_line(runs):
+    r = runs("third_call")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["call"], err["part"], err["fx_node"]) == (0, 3, "forward", "add")
+    assert err["source"] == THIRD_CALL_LINE           # the op's own line, not the call site (line 11)
+    assert err["evidence"]["mismatches"][0]["max_abs_error"] == 6.0
+    # after a user backend's failure, bisect that backend (not tdbg's compiler)
+    assert r.json["next_commands"][0] == f"tdbg bisect {S}/third_call.py --backend {BACKENDS}:wrong_below_minus_one"
+
+
+def test_in_place_editing_backend_does_not_poison_the_reference(runs):
+    r = runs("edits_in_place")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["call"], err["source"]) == (0, 3, THIRD_CALL_LINE)
+    assert "the script failed on its own" not in r.stdout
+
+
+def test_aot_autograd_user_backend_with_a_wrong_backward_compiler(runs):
+    r = runs("aot_autograd_backward")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["part"], err["call"]) == ("backward", 1)
+    [m] = err["evidence"]["mismatches"]                 # the backward's first output (doubled)
+    assert m["output"] == "grad of fn.0.weight" and m["shape"] == [32, 16]
+
+
+def test_failing_backward_kernel_is_put_on_the_backward_and_the_forward_call_site(runs):
+    r = runs("backward_kernel")
+    assert r.code == exit_code("kernel_runtime"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["during"], err["part"], err["fx_node"]) == (0, "backward", "backward", "le")
+    assert "le" in err["kernel"]
+    assert err["source"] == MLP_CALL_LINE               # not `loss.backward()`, not graph 0's forward op
+    assert "a compiled kernel of a graph's backward failed while running" in r.stdout
+
+
+@pytest.mark.slow
+def test_hang_after_the_compiled_calls_returned_is_not_blamed_on_a_graph(tdbg_runs):
+    script = f"{S}/hangs_after_calls.py"
+    r = tdbg_runs(("run", script, "--backend", "aot_eager", "--timeout", "40"), {})
+    assert r.code == exit_code("timeout"), r.output
+    err = r.json["verdict"]["error"]
+    assert err["graph"] is None and err["last_compiled"] == {"state": "returned", "graph": 0, "call": 3}
+    assert "after graph 0's call 3 returned: outside every compiled graph" in err["message"]
+    assert r.json["next_commands"] == [f"tdbg run {script} --backend eager --timeout 40"]
+    assert os.path.basename(script) in r.stdout
