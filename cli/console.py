@@ -110,6 +110,13 @@ def report_to_stderr() -> None:
     _out = err()
 
 
+def hush(on: bool = True) -> None:
+    """Show nothing more (after Ctrl-C: runs killed on purpose must not be reported as crashes by
+    threads still finishing); `hush(False)` lifts it."""
+    out().quiet = on
+    err().quiet = on
+
+
 def err():
     global _err
     if _err is None:

@@ -17,7 +17,7 @@ import time
 
 import click
 
-from tdbg.cli.console import current_activity, err, exit_code, exit_codes_help
+from tdbg.cli.console import current_activity, err, exit_code, exit_codes_help, hush
 
 # name -> (module:attribute of the click command, one-line help shown by `tdbg --help`)
 COMMANDS = {
@@ -39,16 +39,18 @@ class LazyGroup(click.Group):
         module, attr = COMMANDS[name][0].split(":")
         return guarded(name, getattr(importlib.import_module(module), attr))
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:   # before a command's own handler (`guarded`) took over
+            err().print("interrupted (Ctrl-C) before the command started; nothing was run.")
+            raise SystemExit(exit_code("interrupted")) from None
+
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
-
-
-# command -> does it run tdbg's compiler (so its cache folder must be writable up front)?
-# "backend": only when its --backend is tdbg's compiler.
-USES_COMPILER = {"run": "backend", "bisect": "backend", "minify": "backend", "explain": False, "profile": "backend"}
 
 
 def guarded(name: str, command: click.Command) -> click.Command:
@@ -61,8 +63,8 @@ def guarded(name: str, command: click.Command) -> click.Command:
     @functools.wraps(callback)
     def run(*args, **params):
         from tdbg.cli.common import check_environment
-        uses = USES_COMPILER.get(name, True)
-        check_environment(params.get("backend", "inductor") == "inductor" if uses == "backend" else uses)
+        # tdbg's compiler (whose cache folder must then be writable) runs only for --backend inductor
+        check_environment(uses_compiler=params.get("backend") == "inductor")
         with _Interrupt(name, params):
             return callback(*args, **params)
     run.tdbg_guarded = True
@@ -106,6 +108,7 @@ class _Interrupt:
             self._end_now()
         self.stopping.set()
         self.activity = current_activity()
+        hush()
         kill_descendants()
         threading.Thread(target=self._reap, name="tdbg-interrupt", daemon=True).start()
         raise KeyboardInterrupt
@@ -131,6 +134,7 @@ class _Interrupt:
         during = getattr(self, "activity", None) or current_activity()
         left = (f"child process(es) {', '.join(map(str, survivors))} could not be killed" if survivors
                 else "no child process is left running")
+        hush(False)
         err().print(f"interrupted (Ctrl-C): {self.command} was stopped"
                     + (f" during {during}" if during else "") + f"; {left}.", markup=False, highlight=False)
 

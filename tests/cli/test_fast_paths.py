@@ -22,7 +22,6 @@ BAD = {
     ("run", "examples/foo2.py", "--repro-level", "3"): ("usage", "need --repro-after"),
     # a directory is a script that does not exist, not a usage error (was click's exit 2)
     ("run", "examples"): ("bad_input", "'examples' is a directory, not a script."),
-    ("explain", "examples"): ("bad_input", "'examples' is a directory, not a script."),
     ("profile", "examples"): ("bad_input", "'examples' is a directory, not a script."),
     ("run", "examples/foo2.py", "--timeout", "0"): ("usage", "'--timeout': 0.0 is not in the range x>0"),
 }

@@ -69,12 +69,21 @@ def test_a_malformed_variable_is_bad_input_in_every_command(tmp_path, command, v
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command", ["run", "profile", "bisect"])
-def test_an_unwritable_cache_dir_is_named(command):
-    result, text = _invoke([command, SCRIPT], env={"TDBG_CACHE_DIR": "/proc/tdbg-cache"})
+@pytest.mark.parametrize("command", ["run", "profile", "minify"])
+def test_an_unwritable_cache_dir_is_named(command, tmp_path):
+    extra = ["--out", str(tmp_path / "out")] if command == "minify" else []
+    result, text = _invoke([command, SCRIPT, *extra], env={"TDBG_CACHE_DIR": "/proc/tdbg-cache"})
     assert result.exit_code == exit_code("bad_input"), text
     assert text.startswith("error: TDBG_CACHE_DIR /proc/tdbg-cache: cannot be created in /proc")
     assert "Point TDBG_CACHE_DIR at a folder this user can write" in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cache_dir_is_not_checked_when_the_compiler_does_not_run():
+    """With --backend eager tdbg's compiler never runs: its cache folder is no reason to refuse."""
+    result, text = _invoke(["profile", "no/such/script.py", "--backend", "eager"],
+                           env={"TDBG_CACHE_DIR": "/proc/tdbg-cache"})
+    assert result.exit_code == exit_code("bad_input") and "does not exist" in text and "CACHE" not in text
 
 
 @pytest.mark.parametrize("command", ["run", "explain", "bisect"])
