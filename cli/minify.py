@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from typing import NoReturn, Optional
 
 import click
+from rich.markup import escape
 
 from tdbg.cli import common
-from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, write_json
+from tdbg.cli.console import err, exit_code, exit_codes_help, out, verdict_exit_code, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.minify", 1
 # session status -> exit code name
 STATUS_CODES = {"minified": "ok", "flaky": "not_reproduced", "no_failure": "not_reproduced",
-                "different": "not_reproduced"}
+                "different": "not_reproduced", "cannot_run": "bad_input"}
 # event kinds shown as plain lines (FAIL lines stay in minify.jsonl: there are many)
 PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "success", "done")
 
@@ -44,48 +48,97 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     minified. Writes repro.py, minifier_launcher.py, inputs/ and minify.jsonl (every query) into
     one new directory.
     """
-    from tdbg.minifier.artifacts.repro import check_out_dir, is_dump_file, new_run_dir
+    from tdbg.minifier.artifacts.repro import is_dump_file, new_run_dir
+    from tdbg.minifier.runs.backends import BackendError, check_name
+    from tdbg.minifier.runs.runner import check_script
     out_dir = out_dir or new_run_dir()
-    try:
-        check_out_dir(out_dir)
-    except FileExistsError as e:
-        fail(str(e), "usage")
+    common.check_output_dir(out_dir, "--out")
+    common.check_output_file(json_path, "--json")
     dump_mode = os.path.isdir(target) or is_dump_file(target)
+    doc = _Document(json_path, {"target": target, "mode": "dump" if dump_mode else "script", "out_dir": out_dir})
     if not dump_mode:
-        common.require_script(target)
-        common.check_backend(backend)
-    from tdbg.minifier.reduce.workers import Pool
-    pool = Pool(timeout=timeout)  # warms up while the dump loads or the script runs
-    payload = {"target": target, "mode": "dump" if dump_mode else "script", "out_dir": out_dir}
-    if dump_mode:
-        dump = _load(target)
-    else:
-        dump, payload["capture"] = _capture(target, list(args), after, level, backend, out_dir, timeout)
-    for key, value in (("tolerance", tolerance), ("ignore_non_fp", ignore_non_fp or None)):
-        if value is not None:
-            dump.spec[key] = value
-    if tolerance is not None or ignore_non_fp:
-        dump.spec["check_accuracy"] = True
+        problem = check_script(target)
+        if problem:
+            doc.fail(problem + " Give the path of a Python script that calls torch.compile.", "bad_input")
+        try:
+            check_name(backend)
+        except BackendError as e:
+            doc.fail(str(e), "bad_input")
+    work = _work_dir(out_dir)
     try:
-        report = _minify(dump, out_dir, check_str, timeout, max_queries, pool)
+        code = _run(target, list(args), after, level, backend, work, check_str, tolerance, ignore_non_fp,
+                    timeout, max_queries, doc, dump_mode)
+        _move_into_place(work, out_dir)
     finally:
-        pool.close()
-    code = exit_code(STATUS_CODES[report.status])
-    if json_path != "-":  # stdout then carries only the JSON document
-        _render(report, out_dir)
-    write_json(json_path, {**payload, "exit_code": code, **report.to_dict()}, JSON_SCHEMA, JSON_VERSION)
+        shutil.rmtree(work, ignore_errors=True)   # only left when interrupted or failed
     raise SystemExit(code)
 
 
-def _load(target: str):
+class _Document:
+    """The --json document, written on every path (failures included)."""
+
+    def __init__(self, path, payload: dict):
+        self.path, self.payload = path, payload
+
+    def write(self, code: int, **more) -> None:
+        write_json(self.path, {**self.payload, "exit_code": code, **more}, JSON_SCHEMA, JSON_VERSION)
+
+    def fail(self, message: str, code_name: str, code: Optional[int] = None) -> NoReturn:
+        code = exit_code(code_name) if code is None else code
+        self.write(code, status="error", error=message)
+        err().print(f"[bold red]error:[/] {escape(message)}")
+        raise SystemExit(code)
+
+
+def _work_dir(out_dir: str) -> str:
+    """A hidden folder beside out_dir that becomes out_dir when the minify is done, so an
+    interrupted run never leaves a half-written out_dir behind."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.partial-", dir=parent)
+
+
+def _move_into_place(work: str, out_dir: str) -> None:
+    if not os.listdir(work):
+        return
+    if os.path.isdir(out_dir):
+        os.rmdir(out_dir)   # checked empty before any work
+    os.rename(work, out_dir)
+
+
+def _run(target, args, after, level, backend, work, check_str, tolerance, ignore_non_fp, timeout,
+         max_queries, doc, dump_mode) -> int:
+    from tdbg.minifier.reduce.workers import Pool
+    pool = Pool(timeout=timeout)  # warms up while the dump loads or the script runs
+    try:
+        if dump_mode:
+            dump = _load(target, doc)
+        else:
+            dump, doc.payload["capture"] = _capture(target, args, after, level, backend, work, timeout, doc)
+        for key, value in (("tolerance", tolerance), ("ignore_non_fp", ignore_non_fp or None)):
+            if value is not None:
+                dump.spec[key] = value
+        if tolerance is not None or ignore_non_fp:
+            dump.spec["check_accuracy"] = True
+        report = _minify(dump, work, check_str, timeout, max_queries, pool)
+    finally:
+        pool.close()
+    code = exit_code(STATUS_CODES[report.status])
+    if doc.path != "-":  # stdout then carries only the JSON document
+        _render(report, doc.payload["out_dir"])
+    doc.write(code, **report.to_dict())
+    return code
+
+
+def _load(target: str, doc: _Document):
     from tdbg.minifier.artifacts.repro import load
     try:
         return load(target)
-    except (OSError, ValueError, KeyError, SyntaxError) as e:
-        fail(f"cannot read the repro in {target}: {type(e).__name__}: {e}", "bad_input")
+    except (OSError, ValueError, KeyError, SyntaxError, ImportError) as e:
+        doc.fail(f"cannot read the repro in {target}: {type(e).__name__}: {e}", "bad_input")
 
 
-def _capture(script, args, after, level, backend, out_dir, timeout):
+def _capture(script, args, after, level, backend, out_dir, timeout, doc):
     """Run the script under the dumper; the Dump of the failing graph (or exit with the verdict)."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     cfg = common.base_config()
@@ -99,10 +152,12 @@ def _capture(script, args, after, level, backend, out_dir, timeout):
         dump = _captured(out_dir, verdict)
         if dump is not None or verdict.get("stage") not in ("crash", "timeout"):
             break
+    capture = {"stage": verdict.get("stage"), "status": verdict.get("status"),
+               "error": (verdict.get("error") or {}).get("message")}
     if dump is None:
-        _no_dump(verdict, script, out_dir)
-    return dump, {"stage": verdict.get("stage"), "status": verdict.get("status"),
-                  "error": (verdict.get("error") or {}).get("message")}
+        doc.payload["capture"] = capture
+        _no_dump(verdict, script, doc)
+    return dump, capture
 
 
 def _captured(out_dir: str, verdict: dict):
@@ -117,24 +172,26 @@ def _captured(out_dir: str, verdict: dict):
         return None
 
 
-def _no_dump(verdict: dict, script: str, out_dir: str) -> None:
-    _cleanup_empty(out_dir)
+# error types of the capture run that mean the command line cannot work: the exit code's name
+_SETUP_ERRORS = {"NoAotStage": "bad_input", "BackendError": "bad_input"}
+
+
+def _no_dump(verdict: dict, script: str, doc: _Document) -> NoReturn:
+    """No graph was captured: say why, with the code `tdbg run` gives the same verdict."""
     if verdict.get("status") == "ok":
-        fail(f"{script} ran without a compile failure, so there is nothing to minify (for accuracy "
-             "problems use --level 4).", "not_reproduced")
+        if verdict.get("compile_calls") == 0:
+            doc.fail(common.never_compiled_message(script), "bad_input")
+        doc.fail(f"{script} ran without a compile failure, so there is nothing to minify (for accuracy "
+                 "problems use --level 4).", "not_reproduced")
+    error = verdict.get("error") or {}
+    lines = (error.get("message") or "").splitlines()
+    if error.get("type") in _SETUP_ERRORS:
+        doc.fail(" ".join(line.strip() for line in lines), _SETUP_ERRORS[error["type"]])
     stage = verdict.get("stage") or "internal"
-    message = ((verdict.get("error") or {}).get("message") or "").splitlines()
-    detail = f": {message[0]}" if message else ""
-    fail(f"{script} failed at stage {stage}{detail}, outside any compiled graph the dumper sees; "
-         "nothing to minify (try `tdbg run` for the report, or another --after).",
-         stage if stage in ("dynamo", "bad_input", "timeout", "crash") else "backend")
-
-
-def _cleanup_empty(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+    detail = f": {lines[0]}" if lines else ""
+    doc.fail(f"{script} failed at stage {stage}{detail}, outside any compiled graph the dumper sees; "
+             "nothing to minify (try `tdbg run` for the report, or another --after).", "internal",
+             code=verdict_exit_code(verdict))
 
 
 def _minify(dump, out_dir, check_str, timeout, max_queries, pool):
@@ -180,6 +237,9 @@ class _Progress:
 def _render(report, out_dir: str) -> None:
     from rich.markup import escape
     c = out()
+    if report.status == "cannot_run":
+        err().print(f"[bold red]error:[/] the graph cannot be compiled here: {escape(report.first.message)}")
+        return
     if report.status == "no_failure":
         c.print(f"[bold yellow]Not reproduced:[/] the graph did not fail ({escape(report.first.summary())}).")
         return

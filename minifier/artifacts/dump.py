@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
-from typing import Any, Optional
+from typing import Optional
 
 from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, write
@@ -41,46 +40,24 @@ class AccuracyError(TdbgError):
                 "mismatches": [m.to_dict() for m in self.mismatches]}
 
 
-# backend factory (module, qualname prefix) -> the tdbg backend name a repro file uses
-KNOWN_BACKENDS = (("tdbg.compiler", "", "inductor"), ("tdbg.minifier.runs.backends", "_eager.", "eager"),
-                  ("tdbg.minifier.runs.backends", "_aot_eager.", "aot_eager"),
-                  ("tdbg.minifier.runs.backends", "_inductor.", "inductor"))
-
-
-def backend_name(backend: Any) -> Optional[str]:
-    """The tdbg name of a resolved backend, when it is one of tdbg's own."""
-    if getattr(backend, "name", None) and hasattr(backend, "compiler_fn"):
-        return backend.name
-    module, qual = getattr(backend, "__module__", "") or "", getattr(backend, "__qualname__", "")
-    for mod, prefix, name in KNOWN_BACKENDS:
-        if module.startswith(mod) and qual.startswith(prefix):
-            return name
-    return None
-
-
-def _user_backend(backend: Any) -> Any:
-    """A backend looked up lazily in the running script (backends._late_lookup): the function."""
-    if "_late_lookup" in getattr(backend, "__qualname__", ""):
-        found = getattr(sys.modules.get("__main__"), backend.__name__, None)
-        if callable(found):
-            return found
-    return backend
-
-
 def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
     """A Dynamo backend that behaves like `backend` and dumps repro files per `level` into out_dir.
 
-    after="dynamo" wraps `backend` itself (any backend); after="aot" wraps tdbg's aten-level
-    compile (`tdbg.compiler.make_backend(config, inner_compile=...)`).
+    `backend` is a resolved `backends.Backend` (its name says how a repro file finds it again)
+    or a plain backend callable. after="dynamo" wraps `backend` itself (any backend);
+    after="aot" hooks the backend's own per-graph compiler after AOTAutograd (aot_capture: tdbg's
+    compiler, torch:inductor, aot_autograd(...) backends), so the aten graphs that backend
+    compiles are checked and dumped; any other backend raises `aot_capture.NoAotStage`.
     """
     if after not in ("dynamo", "aot") or level not in LEVELS:
         raise ValueError(f"repro after must be dynamo|aot and level 1..4, got {after!r}, {level!r}")
     from tdbg.minifier.artifacts.repro import new_run_dir
+    _quiet_torch_dumper()
     dumper = _Dumper(after, level, out_dir or new_run_dir(), config, backend)
     if after == "dynamo":
         return dumper.dynamo_backend
-    from tdbg.compiler import make_backend
-    aot = make_backend(config, inner_compile=dumper.inner_compile)
+    from tdbg.minifier.runs.aot_capture import capture
+    dumper.family, aot = capture(backend, dumper.inner_compile, config)
 
     def backend_after_aot(gm, example_inputs):
         dumper.real_inputs = list(example_inputs)  # Dynamo's inputs are real; AOT's are fake
@@ -88,10 +65,19 @@ def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
     return backend_after_aot
 
 
+def _quiet_torch_dumper() -> None:
+    """tdbg's dumper has taken over TORCHDYNAMO_REPRO_AFTER/LEVEL: PyTorch's own must not also
+    dump (or raise its own AccuracyError) inside the same compile."""
+    import torch._dynamo.config
+    torch._dynamo.config.repro_after = None
+
+
 class _Dumper:
     def __init__(self, after, level, out_dir, config, backend):
         self.after, self.level, self.out_dir, self.config = after, level, out_dir, config
         self.backend = backend
+        self.family: Optional[str] = None        # after aot: aot_capture's family of the backend
+        self.graphs: dict = {}                    # id(snapshot) -> forward|backward|inference
         self.counter = itertools.count()
         self.real_inputs: list = []
 
@@ -108,28 +94,28 @@ class _Dumper:
             raise self._failed(e, "compile_error", snap, example_inputs)
         return _Checked(compiled, snap, self, f"graph_{k}")
 
-    def inner_compile(self, gm, example_inputs, config, *, graph_name, kind):
-        from tdbg.compiler import compile_aten
+    def inner_compile(self, gm, example_inputs, graph: str, compile_one):
+        """aot_capture's hook: dump/check one aten graph the backend's own compiler compiles."""
         k = next(self.counter)
         snap = _snapshot(gm)
-        known = _match_real(example_inputs, self.real_inputs) if kind != "backward" else example_inputs
+        self.graphs[id(snap)] = graph
+        known = _match_real(example_inputs, self.real_inputs) if graph != "backward" else example_inputs
         if self.level == 3:
             self._dump(snap, known, (LAUNCHER,), None, f"graph_{k}")
         try:
-            compiled = compile_aten(gm, example_inputs, config, graph_name=graph_name, kind=kind)
+            compiled = compile_one(gm, example_inputs)
         except Exception as e:
             raise self._failed(e, "compile_error", snap, known)
         return _Checked(compiled, snap, self, f"graph_{k}")
 
     # ------------------------------------------------------------ dumping
-    def spec(self) -> dict:
+    def spec(self, snap=None) -> dict:
         from tdbg.minifier.reduce.oracle import backend_spec, config_fields
         spec = {"after": self.after, "config": config_fields(self.config),
                 "check_accuracy": self.level == 4, "tolerance": None, "ignore_non_fp": False,
-                "backend": None}
-        if self.after == "dynamo":
-            name = backend_name(self.backend)
-            spec["backend"] = backend_spec(_user_backend(self.backend), name)
+                "backend": backend_spec(self.backend, getattr(self.backend, "name", None))}
+        if self.after == "aot":
+            spec["aot"] = {"family": self.family, "graph": self.graphs.get(id(snap), "forward")}
         return spec
 
     def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:
@@ -144,8 +130,10 @@ class _Dumper:
         case = from_graph_module(snap, _realize(inputs), store)
         expected = Signature.of(outcome).to_dict() if outcome is not None else None
         where = "before compiling" if outcome is None else outcome.summary()
-        dump = Dump(case, store, self.spec(), expected,
-                    title=f"graph captured after {self.after} ({case.num_nodes} nodes)", failure=where)
+        spec = self.spec(snap)
+        graph = f" ({spec['aot']['graph']} graph for {spec['aot']['family']})" if "aot" in spec else ""
+        dump = Dump(case, store, spec, expected,
+                    title=f"graph captured after {self.after}{graph}, {case.num_nodes} nodes", failure=where)
         directory = os.path.join(self.out_dir, subdir) if subdir else self.out_dir
         write(directory, dump, files)
         return directory

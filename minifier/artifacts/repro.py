@@ -1,10 +1,12 @@
-"""Repro files: render `repro.py` / `minifier_launcher.py` from repro_templates/, load them back,
-and `reproduce` (what a repro.py runs).
+"""Repro files: render `repro.py` / `minifier_launcher.py` from repro_templates/ and load them back.
 
-A dump directory holds the two files and `inputs/<sha256>.bin`. Files name their inputs relative
-to their own location, carry no absolute paths and no environment variables, and record only
-the compiler settings that differ from the defaults (e.g. an injected bug), so the directory
-can be moved or mailed.
+A dump directory holds the two files, `inputs/<sha256>.bin`, and a user backend's module files
+(copied beside repro.py and imported from there, so the backend's helpers come along). Files
+name their inputs relative to their own location, carry no absolute paths and no environment
+variables, and record only the compiler settings that differ from the defaults (e.g. an
+injected bug), so the directory can be moved or mailed. repro.py carries tdbg's repro runtime
+(repro_templates/runtime.py) and accuracy check verbatim: for a `torch:*` backend it needs only
+torch.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import functools
 import os
 import platform
 import pprint
+import shutil
 import string
 import subprocess
 from dataclasses import dataclass, field
@@ -54,12 +57,35 @@ def render(name: str, dump: Dump) -> str:
         "imports": imports_for(dump.case.gm.graph),
         "module": module_source(dump.case.gm.graph).rstrip("\n"),
         "after": spec.get("after", "aot"), "after_repr": repr(spec.get("after", "aot")),
-        "backend": _literal(spec.get("backend")), "config": _literal(spec.get("config", {})),
+        "backend": _literal(portable_backend(spec.get("backend"))), "aot": _literal(spec.get("aot")),
+        "config": _literal(spec.get("config", {})), "needs": _needs(spec),
+        "accuracy_source": _source("tdbg.minifier.diagnose", "accuracy.py"),
+        "runtime_source": _source("tdbg.repro_templates", "runtime.py"),
         "check": _literal({k: spec.get(k) for k in ("check_accuracy", "tolerance", "ignore_non_fp")}),
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
     }
     return template(name).substitute(fields)
+
+
+def portable_backend(backend: Optional[dict]) -> Optional[dict]:
+    """The backend spec as a file records it: without the folder it was imported from here."""
+    return {k: v for k, v in backend.items() if k != "root"} if backend else backend
+
+
+def _needs(spec: dict) -> str:
+    from tdbg.repro_templates.runtime import uses_tdbg
+    backend = spec.get("backend") or {}
+    if uses_tdbg(spec):
+        return "torch and tdbg (tdbg's own compiler builds the graph)"
+    files = backend.get("files") or []
+    return "only torch" + (f" (and {', '.join(files)}, copied beside it)" if files else "")
+
+
+def _source(package: str, name: str) -> str:
+    """A module's text for embedding mid-file (a __future__ import is only legal at the top)."""
+    text = resources.files(package).joinpath(name).read_text()
+    return "\n".join(line for line in text.splitlines() if line != "from __future__ import annotations").strip("\n")
 
 
 def _literal(value) -> str:
@@ -99,6 +125,7 @@ def write(out_dir: str, dump: Dump, files=(REPRO, LAUNCHER)) -> list:
     """Write the chosen files and the inputs into out_dir (created if needed); their paths."""
     os.makedirs(out_dir, exist_ok=True)
     dump.store.save(dump.case.inputs, out_dir)
+    copy_backend_files(dump.spec.get("backend"), out_dir)
     paths = []
     for name in files:
         path = os.path.join(out_dir, name)
@@ -108,6 +135,18 @@ def write(out_dir: str, dump: Dump, files=(REPRO, LAUNCHER)) -> list:
         os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def copy_backend_files(backend: Optional[dict], out_dir: str) -> None:
+    """Copy a user backend's module files (relative to its import root) into out_dir."""
+    if not backend or not backend.get("files") or not backend.get("root"):
+        return
+    for rel in backend["files"]:
+        src, dst = os.path.join(backend["root"], rel), os.path.join(out_dir, rel)
+        if os.path.abspath(src) == os.path.abspath(dst):
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
 
 
 def new_run_dir(parent: str = "tdbg_repro") -> str:
@@ -159,7 +198,7 @@ def load(path: str) -> Dump:
     path = find_file(path)
     namespace = {"__name__": "tdbg_loaded_repro", "__file__": os.path.abspath(path)}
     with open(path) as f:
-        exec(compile(f.read(), path, "exec"), namespace)
+        exec(compile(f.read(), path, "exec", dont_inherit=True), namespace)
     return from_namespace(path, namespace)
 
 
@@ -172,32 +211,10 @@ def from_namespace(path: str, ns: dict) -> Dump:
     store.load(specs, os.path.dirname(os.path.abspath(path)))
     gm = trace_module(ns["Repro"]())
     check = ns.get("CHECK", {})
-    spec = {"after": ns["AFTER"], "backend": ns.get("BACKEND"), "config": ns.get("CONFIG", {}), **check}
+    backend = ns.get("BACKEND")
+    if backend and backend.get("kind") == "import":   # imported from the dump's own folder
+        backend = dict(backend, root=os.path.dirname(os.path.abspath(path)))
+    spec = {"after": ns["AFTER"], "backend": backend, "config": ns.get("CONFIG", {}), **check}
+    if ns.get("AOT"):
+        spec["aot"] = ns["AOT"]
     return Dump(Case(gm, specs), store, spec, ns.get("EXPECTED"), path=path)
-
-
-def reproduce(file: str, namespace: dict) -> tuple:
-    """(Outcome, exit code) of running a repro file's graph in this process, as it failed."""
-    from tdbg.cli.console import exit_code
-    from tdbg.minifier.reduce.oracle import Signature, evaluate
-    dump = from_namespace(file, namespace)
-    outcome = evaluate(dump.case.gm, dump.store.values(dump.case.inputs), dump.spec)
-    if not outcome.failed:
-        return outcome, 0
-    if dump.expected and not Signature(**dump.expected).matches(outcome):
-        outcome.message = (f"(this is not the recorded failure: "
-                           f"{Signature(**dump.expected).describe()})\n" + outcome.message)
-    return outcome, exit_code(failure_code(outcome))
-
-
-# outcome kind -> exit code name when the error carries no stage of its own
-_KIND_CODES = {"accuracy": "accuracy", "crash": "crash", "hang": "timeout",
-               "compile_error": "backend", "runtime_error": "backend", "invalid": "bad_input"}
-
-
-def failure_code(outcome) -> str:
-    from tdbg.cli.console import EXIT_CODES
-    if outcome.stage in EXIT_CODES and outcome.kind in ("compile_error", "runtime_error"):
-        return outcome.stage
-    return _KIND_CODES.get(outcome.kind, "internal")
-

@@ -52,7 +52,7 @@ class Oracle:
 
 @dataclass
 class Report:
-    status: str                      # minified | flaky | no_failure | different (not the dump's failure)
+    status: str                      # minified | flaky | no_failure | different (not the dump's failure) | cannot_run
     first: Outcome
     second: Optional[Outcome] = None
     signature: Optional[Signature] = None
@@ -109,6 +109,8 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
 def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
     emit({"event": "check", "text": "Running the original graph to fix the failure signature"})
     first = oracle.outcome(dump.case, "signature")
+    if first.kind == "cannot_run":   # e.g. the backend's module does not import: never minify that
+        return Report("cannot_run", first)
     if not first.failed:
         return Report("no_failure", first)
     oracle.signature = Signature.of(first, check_str)

@@ -7,6 +7,10 @@ import torch
 from tdbg.compiler.config import Config
 from tdbg.minifier.artifacts.dump import AccuracyError, wrap_backend
 from tdbg.minifier.artifacts.repro import load
+from tdbg.minifier.runs.aot_capture import NoAotStage
+from tdbg.minifier.runs.backends import resolve
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "scripts")
 
 
 def picky(gm, example_inputs):
@@ -41,16 +45,18 @@ def test_level_1_writes_repro_py_and_reraises(tmp_path):
     error = inner(info.value)
     assert isinstance(error, NotImplementedError)
     assert error.tdbg_repro_dir == str(tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["inputs", "repro.py"]
+    # picky is importable from this test module: the module is copied beside repro.py
+    assert sorted(os.listdir(tmp_path)) == ["inputs", "repro.py", "test_dump_levels.py"]
     dump = load(str(tmp_path / "repro.py"))
     assert dump.expected["kind"] == "compile_error" and dump.expected["exc_type"] == "NotImplementedError"
-    assert dump.spec["backend"]["kind"] == "import"  # picky is importable from this test module
+    assert dump.spec["backend"] == {"kind": "import", "module": "test_dump_levels", "attr": "picky",
+                                    "files": ["test_dump_levels.py"], "root": str(tmp_path)}
 
 
 def test_level_2_adds_the_launcher(tmp_path):
     with pytest.raises(Exception):
         compile_and_run(picky, after="dynamo", level=2, out_dir=tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["inputs", "minifier_launcher.py", "repro.py"]
+    assert sorted(os.listdir(tmp_path)) == ["inputs", "minifier_launcher.py", "repro.py", "test_dump_levels.py"]
 
 
 def test_level_3_dumps_every_graph_before_compiling(tmp_path):
@@ -82,7 +88,7 @@ def test_level_4_after_aot_on_foo2_with_an_injected_neg_bug(tmp_path):
     def foo2(x1, x2):
         return torch.cat([torch.maximum(x2, torch.neg(x1))], dim=0)
     cfg = Config().replace(inject_bug=("neg", "accuracy"))
-    wrapped = wrap_backend(None, after="aot", level=4, out_dir=str(tmp_path), config=cfg)
+    wrapped = wrap_backend(resolve("inductor", cfg), after="aot", level=4, out_dir=str(tmp_path), config=cfg)
     torch._dynamo.reset()
     x1, x2 = torch.randn(1, 8), torch.randn(64, 8)
     with pytest.raises(AccuracyError):
@@ -98,7 +104,7 @@ def test_compile_error_after_aot_keeps_the_real_integer_inputs(tmp_path):
     def foo1(x1, x2):
         return torch.cat([torch.maximum(x2, torch.neg(x1))], dim=0)
     cfg = Config().replace(inject_bug=("neg", "compile_error"))
-    wrapped = wrap_backend(None, after="aot", level=2, out_dir=str(tmp_path), config=cfg)
+    wrapped = wrap_backend(resolve("inductor", cfg), after="aot", level=2, out_dir=str(tmp_path), config=cfg)
     torch._dynamo.reset()
     x1 = torch.tensor([[7, 250, 3]], dtype=torch.uint8)
     x2 = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.uint8)
@@ -109,3 +115,24 @@ def test_compile_error_after_aot_keeps_the_real_integer_inputs(tmp_path):
     dump = load(str(tmp_path))
     assert dump.expected["exc_type"] == "CppCompileError"
     assert [dump.store.value(s).tolist() for s in dump.case.inputs] == [x1.tolist(), x2.tolist()]
+
+
+def test_after_aot_refuses_a_backend_without_an_aot_stage_instead_of_swapping_it():
+    with pytest.raises(NoAotStage, match="--after dynamo"):
+        wrap_backend(off_by_one, after="aot", level=4, out_dir="unused", config=Config())
+
+
+def test_after_aot_checks_the_backward_graph_an_aot_autograd_backend_compiles(tmp_path):
+    """user_backends.wrong_backward's forward is right; its backward compiler doubles an output."""
+    backend = resolve(os.path.join(SCRIPTS, "user_backends.py") + ":wrong_backward")
+    wrapped = wrap_backend(backend, after="aot", level=4, out_dir=str(tmp_path), config=Config())
+    torch._dynamo.reset()
+    x = torch.randn(4, requires_grad=True)
+    out = torch.compile(lambda t: (t.sin() * 3).sum(), backend=wrapped)(x)
+    with pytest.raises(AccuracyError):
+        out.backward()
+    dump = load(str(tmp_path))
+    assert dump.spec["aot"] == {"family": "aot_autograd", "graph": "backward"}
+    assert dump.spec["backend"] == {"kind": "import", "module": "user_backends", "attr": "wrong_backward",
+                                    "files": ["user_backends.py"], "root": str(tmp_path)}
+    assert sorted(os.listdir(tmp_path)) == ["inputs", "minifier_launcher.py", "repro.py", "user_backends.py"]

@@ -63,7 +63,7 @@ def test_moved_folder_repro_py_still_reproduces(tmp_path):
     shutil.move(str(tmp_path / "a"), str(tmp_path / "b"))
     proc = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "b", capture_output=True, text=True)
     assert proc.returncode == exit_code("backend"), proc.stderr
-    assert proc.stdout.splitlines()[0] == "compile error: NotImplementedError: picky does not support neg"
+    assert proc.stdout.splitlines()[0] == "Reproduced: compile error: NotImplementedError: picky does not support neg"
     assert sorted(os.listdir(tmp_path / "b")) == ["inputs", "minifier_launcher.py", "repro.py"]
 
 

@@ -1,0 +1,138 @@
+"""Hook a backend's own AOT stage: the aten graphs the chosen backend itself compiles after
+AOTAutograd, forward, backward and inference (what `--after aot` captures).
+
+`capture(backend, hook, config)` -> (family, Dynamo backend). The returned backend runs the
+user's backend unchanged except that each aten graph goes through
+`hook(gm, example_inputs, graph, compile_one)`, where graph is forward|backward|inference and
+`compile_one(gm, inputs)` is the backend's own per-graph compile returning a callable(*args);
+the hook returns the callable to run instead. One row per backend family:
+
+  tdbg            tdbg's compiler (`inductor`, `torch:tdbg`): make_backend(inner_compile=...)
+  torch:inductor  PyTorch's Inductor: compile_fx(inner_compile=...) around compile_fx_inner
+  aot_autograd    backends made with aot_autograd(fw_compiler=, bw_compiler=, ...) (also
+                  aot_eager): the same AOTAutograd call with each compiler wrapped
+
+Any other backend has no AOT stage tdbg can reach: `NoAotStage` (use `--after dynamo`). A
+backend is never swapped for another one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from tdbg.minifier.runs.backends import BackendError
+
+
+class NoAotStage(BackendError):
+    """The backend has no AOT stage tdbg can hook; the message names `--after dynamo`."""
+
+
+def _is_tdbg(fn, name: str, kind: str) -> bool:
+    import tdbg.compiler
+    made = (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)) == (
+        "tdbg.compiler", "make_backend.<locals>.backend")
+    return kind == "inductor" or name == "torch:tdbg" or fn is tdbg.compiler.compile_fx or made
+
+
+def _is_torch_inductor(fn, name: str, kind: str) -> bool:
+    if name == "torch:inductor":
+        return True
+    import torch._dynamo
+    return fn is torch._dynamo.lookup_backend("inductor")
+
+
+def _is_aot_autograd(fn, name: str, kind: str) -> bool:
+    from torch._dynamo.backends.common import AotAutograd
+    return isinstance(fn, AotAutograd)
+
+
+def _tdbg_capture(fn, hook, config):
+    from tdbg.compiler import compile_aten, make_backend
+
+    def inner(gm, inputs, cfg, *, graph_name, kind):
+        return hook(gm, inputs, kind,
+                    lambda g, i: compile_aten(g, i, cfg, graph_name=graph_name, kind=kind))
+    return make_backend(config, inner_compile=inner)
+
+
+def _graph_kind(kwargs: dict) -> str:
+    if kwargs.get("is_backward"):
+        return "backward"
+    return "inference" if kwargs.get("is_inference") else "forward"
+
+
+def _inductor_capture(fn, hook, config):
+    def inner(gm, inputs, **kwargs):
+        from torch._inductor.compile_fx import compile_fx_inner
+        return boxed(hook(gm, inputs, _graph_kind(kwargs),
+                          lambda g, i: unboxed(compile_fx_inner(g, i, **kwargs))))
+
+    def backend(gm, example_inputs):
+        import torch._functorch.config
+        from torch._inductor.compile_fx import compile_fx
+        # a hit in AOTAutograd's cache would skip the inner compile, and with it the check
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs, inner_compile=inner)
+    return backend
+
+
+def _aot_autograd_capture(fn, hook, config):
+    from torch._dynamo.backends.common import AotAutograd
+    kwargs = dict(fn.kwargs)
+    fw = kwargs["fw_compiler"]
+
+    def wrapped(graph: str, compiler: Callable):
+        def compile_graph(gm, inputs):
+            return boxed(hook(gm, inputs, graph, lambda g, i: unboxed(compiler(g, i))))
+        return compile_graph
+
+    kwargs.update(fw_compiler=wrapped("forward", fw),
+                  bw_compiler=wrapped("backward", kwargs.get("bw_compiler") or fw),
+                  inference_compiler=wrapped("inference", kwargs.get("inference_compiler") or fw))
+    return AotAutograd(**kwargs)
+
+
+# family -> (is this backend of the family?, the capturing backend)
+FAMILIES = {
+    "tdbg": (_is_tdbg, _tdbg_capture),
+    "torch:inductor": (_is_torch_inductor, _inductor_capture),
+    "aot_autograd": (_is_aot_autograd, _aot_autograd_capture),
+}
+
+
+def family_of(backend: Any) -> Optional[str]:
+    """The family (a FAMILIES key) of a resolved Backend or a backend callable; None if none."""
+    fn = getattr(backend, "compiler_fn", backend)
+    name, kind = getattr(backend, "name", ""), getattr(backend, "kind", "")
+    for family, (belongs, _) in FAMILIES.items():
+        if belongs(fn, name, kind):
+            return family
+    return None
+
+
+def capture(backend: Any, hook: Callable, config) -> tuple:
+    """(family, a Dynamo backend that is `backend` with `hook` around each per-graph compile)."""
+    family = family_of(backend)
+    if family is None:
+        label = getattr(backend, "name", None) or getattr(backend, "__name__", repr(backend))
+        raise NoAotStage(
+            f"--after aot needs a backend whose AOT stage tdbg can hook: tdbg's compiler (inductor), "
+            f"torch:inductor, or one made with torch._dynamo.backends.common.aot_autograd(...); "
+            f"backend {label} is none of them (it receives Dynamo's graph and compiles it its own way). "
+            "Use --after dynamo to capture the graph it is given.")
+    fn = getattr(backend, "compiler_fn", backend)
+    return family, FAMILIES[family][1](fn, hook, config)
+
+
+def unboxed(compiled):
+    """A callable(*args) for a compiled graph (AOT compilers may return ones taking one list)."""
+    if getattr(compiled, "_boxed_call", False):
+        return lambda *args: compiled(list(args))
+    return compiled
+
+
+def boxed(fn):
+    """The calling convention AOTAutograd prefers: one list of arguments."""
+    def run(args):
+        return fn(*args)
+    run._boxed_call = True
+    return run

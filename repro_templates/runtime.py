@@ -1,0 +1,470 @@
+"""How a repro runs: load its inputs, compile its graph the way it failed, run, compare, and say
+whether the recorded failure reproduced (with the exit code).
+
+This module needs only torch (and tdbg only for tdbg's own backends), because `repro.py` carries
+its source verbatim: a repro of a `torch:*` backend can be attached to a PyTorch bug report as
+is. tdbg's minifier compiles every query through `compile_graph` and `evaluate` too, so the
+minifier and repro.py judge a graph the same way.
+
+A spec (the data a repro file holds):
+  after     "dynamo" (the graph Dynamo made, given to the backend) or "aot" (an aten graph after
+            AOTAutograd, given to the backend's own per-graph compiler)
+  backend   {"kind": "named", "name": "inductor"|"aot_eager"|"eager"|"torch:NAME"}
+            {"kind": "import", "module": M, "attr": A, "files": [relative paths copied beside
+             the repro], "root": folder to import from (in memory only; the repro's own folder)}
+            {"kind": "source", "name": N, "source": S} (a function from the script itself)
+  aot       {"family": "tdbg"|"torch:inductor"|"aot_autograd", "graph": "forward"|"backward"|"inference"}
+  config, check_accuracy, tolerance, ignore_non_fp
+Outcomes are dicts: kind (pass, invalid, cannot_run, compile_error, runtime_error, accuracy,
+crash, hang), exc_type, message, pattern, stage, outputs, signal, mismatches.
+"""
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import re
+import signal as signal_module
+import subprocess
+import sys
+import time
+
+import torch
+
+FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "crash", "hang", "out_of_memory")
+# exit codes (tdbg's table, `tdbg --help`): a stage's own code, else the outcome kind's
+EXIT_CODES = {"ok": 0, "bad_input": 3, "dynamo": 10, "aot_autograd": 11, "lowering": 12, "scheduling": 13,
+              "cpp_build": 14, "kernel_runtime": 15, "accuracy": 16, "crash": 17, "timeout": 18,
+              "backend": 19, "not_reproduced": 21}
+KIND_EXITS = {"accuracy": "accuracy", "crash": "crash", "hang": "timeout", "out_of_memory": "crash",
+              "compile_error": "backend", "runtime_error": "backend", "invalid": "bad_input",
+              "cannot_run": "bad_input"}
+AOT_COMPILER_KEYS = {"forward": "fw_compiler", "backward": "bw_compiler", "inference": "inference_compiler"}
+
+
+class CannotRun(Exception):
+    """The repro cannot be run here (its backend does not import, an input file is missing)."""
+
+
+# ---------------------------------------------------------------- inputs
+
+def load_inputs(rows, folder):
+    """The forward() arguments from INPUTS rows (tensors read from inputs/<sha256>.bin)."""
+    values = []
+    for name, sha, shape, stride, dtype, requires_grad, value in rows:
+        if not dtype:
+            values.append(value)
+            continue
+        path = os.path.join(folder, "inputs", f"{sha}.bin")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise CannotRun(f"input {name}: cannot read {path}: {e.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise CannotRun(f"input {name}: {path} does not match its SHA-256 name (the file was changed)")
+        kind = getattr(torch, dtype)
+        flat = torch.frombuffer(bytearray(data), dtype=kind).clone() if data else torch.empty(0, dtype=kind)
+        t = flat.reshape(shape)
+        if tuple(t.stride()) != tuple(stride) and t.numel() > 0:
+            t = torch.empty_strided(shape, stride, dtype=kind).copy_(t)
+        values.append(t.requires_grad_(True) if requires_grad and t.is_floating_point() else t)
+    return values
+
+
+def fresh(inputs):
+    """Copies of the inputs, so no run sees another's in-place changes."""
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            y = x.detach().clone()
+            out.append(y.requires_grad_(True) if x.requires_grad else y)
+        else:
+            out.append(x)
+    return out
+
+
+# ---------------------------------------------------------------- backends
+
+def _tdbg(what):
+    try:
+        return importlib.import_module(what)
+    except ImportError as e:
+        raise CannotRun(f"this repro compiles with tdbg's own compiler, and tdbg does not import here ({e}); "
+                        "install tdbg (pip install tdbg) to run it") from None
+
+
+def _named(backend, spec, folder):
+    name = backend["name"]
+    if name.startswith("torch:"):
+        import torch._dynamo
+        if name[6:] not in torch._dynamo.list_backends(exclude_tags=()):
+            raise CannotRun(f"Dynamo has no backend named {name[6:]!r} in this PyTorch {torch.__version__}")
+        return torch._dynamo.lookup_backend(name[6:])
+    return _tdbg("tdbg.minifier.runs.backends").resolve(name, tdbg_config(spec)).compiler_fn
+
+
+def _imported(backend, spec, folder):
+    root = backend.get("root") or folder
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        obj = importlib.import_module(backend["module"])
+    except ImportError as e:
+        raise CannotRun(f"the backend module {backend['module']!r} does not import from {root} ({e}); "
+                        f"the repro's folder must hold {', '.join(backend.get('files') or ['it'])}") from None
+    for part in backend["attr"].split("."):
+        if not hasattr(obj, part):
+            raise CannotRun(f"the backend module {backend['module']!r} has no {backend['attr']!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _from_source(backend, spec, folder):
+    namespace = {"torch": torch, "__name__": "tdbg_repro_backend"}
+    exec(compile(backend["source"], f"<backend {backend['name']}>", "exec"), namespace)
+    return namespace[backend["name"]]
+
+
+def _unavailable(backend, spec, folder):
+    raise CannotRun(f"the backend {backend.get('repr', '?')} could not be saved with the repro; "
+                    "pass it to `tdbg minify --backend`")
+
+
+BACKEND_KINDS = {"named": _named, "import": _imported, "source": _from_source, "unavailable": _unavailable}
+
+
+def resolve_backend(spec, folder):
+    """The Dynamo backend a spec names (imported from `folder` for user backends)."""
+    backend = spec.get("backend") or {"kind": "named", "name": "inductor"}
+    return BACKEND_KINDS[backend["kind"]](backend, spec, folder)
+
+
+def tdbg_config(spec):
+    """tdbg's Config for the spec: the user's TDBG_* environment with the recorded differences."""
+    from_env = _tdbg("tdbg.compiler.config").from_env
+    return from_env().replace(**spec.get("config", {}))
+
+
+def uses_tdbg(spec):
+    backend = spec.get("backend") or {"kind": "named", "name": "inductor"}
+    if spec.get("after") == "aot":
+        return aot_of(spec)["family"] == "tdbg" or (backend["kind"] == "named" and ":" not in backend["name"])
+    return backend["kind"] == "named" and not backend["name"].startswith("torch:")
+
+
+def aot_of(spec):
+    """The AOT stage a graph was captured from (older files: tdbg's compiler, inference)."""
+    return {"family": "tdbg", "graph": "inference", **(spec.get("aot") or {})}
+
+
+# ---------------------------------------------------------------- compiling
+
+def unboxed(compiled):
+    """A compiled callable taking *args (AOT compilers may return ones taking one list)."""
+    if getattr(compiled, "_boxed_call", False):
+        return lambda *args: compiled(list(args))
+    return compiled
+
+
+def propagate_meta(gm, inputs):
+    """node.meta["val"] (fake tensors), as AOTAutograd's graphs carry them for the compiler."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                                         for x in fresh(inputs)])
+
+
+def _aot_tdbg(gm, inputs, spec, folder, graph):
+    compile_aten = _tdbg("tdbg.compiler").compile_aten
+    propagate_meta(gm, inputs)
+    return compile_aten(gm, fresh(inputs), tdbg_config(spec), graph_name="repro", kind=graph)
+
+
+def _aot_inductor(gm, inputs, spec, folder, graph):
+    from torch._inductor.compile_fx import compile_fx_inner
+    propagate_meta(gm, inputs)
+    return unboxed(compile_fx_inner(gm, fresh(inputs), is_backward=graph == "backward",
+                                    is_inference=graph == "inference"))
+
+
+def _aot_autograd(gm, inputs, spec, folder, graph):
+    backend = resolve_backend(spec, folder)
+    kwargs = getattr(backend, "kwargs", None)
+    if not isinstance(kwargs, dict) or "fw_compiler" not in kwargs:
+        raise CannotRun(f"the backend {spec.get('backend')} is no longer an aot_autograd(...) backend")
+    compiler = kwargs.get(AOT_COMPILER_KEYS[graph]) or kwargs["fw_compiler"]
+    return unboxed(compiler(gm, fresh(inputs)))
+
+
+# family -> how its per-graph compiler compiles one aten graph (what the backend does after AOT)
+AOT_FAMILIES = {"tdbg": _aot_tdbg, "torch:inductor": _aot_inductor, "aot_autograd": _aot_autograd}
+
+
+def compile_graph(gm, inputs, spec, folder):
+    """A callable(*args) running `gm` compiled the way the spec says it failed."""
+    if spec.get("after", "aot") == "aot":
+        aot = aot_of(spec)
+        return AOT_FAMILIES[aot["family"]](gm, inputs, spec, folder, aot["graph"])
+    return resolve_backend(spec, folder)(gm, fresh(inputs))
+
+
+# ---------------------------------------------------------------- outcomes
+
+def _cpp_key(e):
+    lines = [ln for ln in getattr(e, "full_stderr", getattr(e, "stderr", "")).splitlines() if "error:" in ln]
+    return lines[0][lines[0].index("error:"):] if lines else ""
+
+
+# exception class name -> the line that identifies the failure (default: first line of str(e))
+KEY_LINE = {
+    "CppCompileError": _cpp_key,
+    "LoweringError": lambda e: getattr(e, "short", ""),
+    "KernelRuntimeError": lambda e: getattr(e, "short", ""),
+    "BackendCompilerFailed": lambda e: key_line(getattr(e, "inner_exception", None) or e.__cause__),
+}
+
+
+def key_line(e):
+    if e is None:
+        return ""
+    custom = KEY_LINE.get(type(e).__name__)
+    line = custom(e) if custom else ""
+    if not line:
+        line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return normalize(line)
+
+
+def normalize(line):
+    """Paths, addresses and numbers blurred: they change as a graph shrinks."""
+    line = re.sub(r"(?:[A-Za-z]:)?(?:/[^\s:'\"()]+)+", "<path>", line)
+    line = re.sub(r"0x[0-9a-fA-F]+", "<addr>", line)
+    return re.sub(r"\d+", "N", line)[:300]
+
+
+def outcome(kind, **fields):
+    base = {"kind": kind, "exc_type": "", "message": "", "pattern": "", "stage": "", "outputs": [],
+            "signal": 0, "seconds": 0.0, "mismatches": []}
+    return {**base, **fields}
+
+
+def exception_outcome(kind, e):
+    inner = getattr(e, "inner_exception", None) if type(e).__name__ == "BackendCompilerFailed" else None
+    e = inner or e
+    lines = str(e).splitlines()
+    message = "\n".join(lines[:40] + ([f"... ({len(lines) - 40} more lines)"] if len(lines) > 40 else []))
+    return outcome(kind, exc_type=type(e).__name__, message=message, pattern=key_line(e),
+                   stage=str(getattr(e, "stage", "") or ""))
+
+
+def evaluate(gm, inputs, spec, folder, accuracy):
+    """Run `gm` eagerly and compiled per `spec`: the outcome dict (never raises for graph failures).
+
+    `accuracy` provides compare/fp64_reference (tdbg's accuracy module, or repro.py's copy)."""
+    start = time.perf_counter()
+    result = _evaluate(gm, inputs, spec, folder, accuracy)
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def _evaluate(gm, inputs, spec, folder, accuracy):
+    try:
+        expected = gm(*fresh(inputs))
+    except Exception as e:
+        return exception_outcome("invalid", e)
+    with _config_scope(spec):
+        try:
+            compiled = compile_graph(gm, inputs, spec, folder)
+        except CannotRun as e:
+            return outcome("cannot_run", exc_type="CannotRun", message=str(e))
+        except Exception as e:
+            return exception_outcome("compile_error", e)
+        try:
+            actual = compiled(*fresh(inputs))
+        except Exception as e:
+            return exception_outcome("runtime_error", e)
+    if spec.get("check_accuracy"):
+        found = _mismatches(gm, inputs, expected, actual, spec, accuracy)
+        if found:
+            return outcome("accuracy", message="\n".join(f"{m.output}: {m.message}" for m in found),
+                           stage="accuracy", outputs=[m.output for m in found],
+                           mismatches=[m.to_dict() for m in found])
+    return outcome("pass")
+
+
+def _config_scope(spec):
+    if not uses_tdbg(spec):
+        return contextlib.nullcontext()
+    try:
+        return _tdbg("tdbg.compiler.config").use(tdbg_config(spec))
+    except CannotRun:
+        return contextlib.nullcontext()   # compile_graph reports it
+
+
+def _mismatches(gm, inputs, expected, actual, spec, accuracy):
+    opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp"))}
+    if not accuracy.compare(expected, actual, **opts):
+        return []
+    return accuracy.compare(expected, actual, accuracy.fp64_reference(gm, fresh(inputs)), **opts)
+
+
+def matches(signature, result):
+    """Whether outcome `result` fails the way `signature` (kind, exc_type, pattern, signal, check_str) says."""
+    if result["kind"] != signature["kind"]:
+        return False
+    if signature.get("check_str") and signature["check_str"] not in result.get("message", ""):
+        return False
+    if signature["kind"] in ("compile_error", "runtime_error"):
+        return (result.get("exc_type"), result.get("pattern")) == (signature.get("exc_type"), signature.get("pattern"))
+    if signature["kind"] == "crash":
+        return result.get("signal") == signature.get("signal")
+    return True
+
+
+def signal_name(number):
+    try:
+        return signal_module.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def summary(result):
+    """One line: what happened."""
+    kind = result["kind"]
+    if kind == "accuracy":
+        return f"accuracy mismatch in {', '.join(result['outputs'])}"
+    if kind == "crash":
+        return f"crash ({signal_name(result['signal'])})" if result.get("signal") else f"crash: {result['message']}"
+    if kind in ("hang", "cannot_run"):
+        return f"{kind.replace('_', ' ')}: {result['message']}"
+    if kind in ("compile_error", "runtime_error", "invalid"):
+        return f"{kind.replace('_', ' ')}: {result['exc_type']}: {result['pattern']}"
+    return "passed: compiled results match eager" if kind == "pass" else kind
+
+
+def exit_name(result):
+    """The exit code name of a failure: its stage's (tdbg stages), else its kind's."""
+    if result["kind"] in ("compile_error", "runtime_error") and result.get("stage") in EXIT_CODES:
+        return result["stage"]
+    return KIND_EXITS.get(result["kind"], "backend")
+
+
+def verdict(result, expected):
+    """(exit code, first line) of a repro run: the stage's code when the recorded failure
+    reproduces, 21 when it does not (saying what happened instead), 3 when it cannot run."""
+    if result["kind"] in ("cannot_run", "invalid"):
+        return EXIT_CODES["bad_input"], f"Cannot run this repro: {summary(result)}"
+    if result["kind"] not in FAILURE_KINDS:
+        return EXIT_CODES["not_reproduced"], f"Not reproduced: {summary(result)}"
+    if expected and not matches(expected, result):
+        return (EXIT_CODES["not_reproduced"],
+                f"Not reproduced: the recorded failure was {describe(expected)}; this run gave {summary(result)}")
+    return EXIT_CODES[exit_name(result)], f"Reproduced: {summary(result)}"
+
+
+def describe(signature):
+    return summary(outcome(signature["kind"], exc_type=signature.get("exc_type", ""),
+                           pattern=signature.get("pattern", ""), signal=signature.get("signal", 0),
+                           outputs=["an output"]))
+
+
+# ---------------------------------------------------------------- repro.py's main
+
+def run_repro(namespace, argv):
+    """What `python repro.py [--timeout S]` does: evaluate in a child process (so a crash is
+    reported with its signal and a hang is stopped), print the verdict and the evidence, return
+    the exit code."""
+    if argv[:1] == ["--tdbg-child"]:
+        return _child(namespace, argv[1])
+    timeout = float(argv[argv.index("--timeout") + 1]) if "--timeout" in argv else None
+    expected = namespace.get("EXPECTED")
+    if timeout is None and expected and expected.get("kind") == "hang":
+        timeout = 60.0
+    result = _in_child(namespace, timeout)
+    code, line = verdict(result, expected)
+    print(line)
+    for row in _evidence(result):
+        print("  " + row)
+    return code
+
+
+def _evidence(result):
+    if result["kind"] == "accuracy":
+        return [f"{m['output']}: {m['message']}" for m in result["mismatches"]]
+    return result.get("message", "").splitlines()[:20] if result["kind"] not in ("pass", "crash") else []
+
+
+def _in_child(namespace, timeout):
+    """The outcome of evaluating the repro in a forked child (a fresh process where fork is
+    missing): a signal that kills it is a crash, a child outliving `timeout` a hang."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
+        out = os.path.join(tmp, "outcome.json")
+        code = _forked(namespace, out, timeout) if hasattr(os, "fork") else _spawned(namespace, out, timeout)
+        if code is None:
+            return outcome("hang", message=f"no result within {timeout:g} s")
+        if code < 0:
+            return outcome("crash", signal=-code, message=f"the process died from {signal_name(-code)}")
+        try:
+            with open(out) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return outcome("crash", message=f"the process exited with code {code} without a result")
+
+
+def _forked(namespace, out, timeout):
+    """Exit code (negative: the signal) of a forked child running _child; None on timeout."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _child(namespace, out)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if deadline is not None and time.monotonic() > deadline:
+            os.kill(pid, signal_module.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.02)
+
+
+def _spawned(namespace, out, timeout):
+    proc = subprocess.Popen([sys.executable, os.path.abspath(namespace["__file__"]), "--tdbg-child", out])
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def _child(namespace, out_path):
+    folder = os.path.dirname(os.path.abspath(namespace["__file__"]))
+    spec = {"after": namespace["AFTER"], "backend": namespace["BACKEND"], "aot": namespace.get("AOT"),
+            "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
+    try:
+        inputs = load_inputs(namespace["INPUTS"], folder)
+        gm = torch.fx.symbolic_trace(namespace["Repro"]())
+        result = evaluate(gm, inputs, spec, folder, _Accuracy(namespace))
+    except CannotRun as e:
+        result = outcome("cannot_run", exc_type="CannotRun", message=str(e))
+    with open(out_path, "w") as f:
+        json.dump(result, f, default=str)
+    return 0
+
+
+class _Accuracy:
+    """compare/fp64_reference from the repro file's copy of tdbg's accuracy module."""
+
+    def __init__(self, namespace):
+        self.compare, self.fp64_reference = namespace["compare"], namespace["fp64_reference"]
