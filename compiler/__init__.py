@@ -10,6 +10,7 @@ Entry points:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -230,7 +231,10 @@ def _data_dependent(gm) -> bool:
 class _Specializer:
     """For graphs with symbolic shapes or Python scalar inputs: one static compilation per
     concrete call signature (shapes, strides, dtypes, scalar values), at most MAX of them;
-    after that the aten graph runs unchanged."""
+    after that the aten graph runs unchanged. Thread-safe: a new signature compiles under
+    Dynamo's compile lock (one compilation at a time, as Dynamo's own), and the static graph is
+    made by `specialize`, not by FX tracing, whose process-wide "tracing" flag made every other
+    thread's call of a compiled function raise."""
     MAX = 8
 
     def __init__(self, gm, config, name, kind):
@@ -242,15 +246,70 @@ class _Specializer:
                     for a in args)
         call = self.cache.get(key)
         if call is None:
+            call = self._compile(key, args)
+        return call(list(args))
+
+    def _compile(self, key, args):
+        from torch._dynamo.convert_frame import compile_lock
+        with compile_lock:
+            if key in self.cache:
+                return self.cache[key]
             if len(self.cache) >= self.MAX:
-                return _flat(self.gm(*args))
-            from torch.fx.experimental.proxy_tensor import make_fx
-            static = make_fx(self.gm)(*args)
+                return lambda a: _flat(self.gm(*a))
+            static = specialize(self.gm, args)
             name = f"{self.name}_s{len(self.cache)}"
             compiled = _compile(static, list(args), self.config, name, self.kind,
                                 _start_trace(self.config, name), _output_spec(static))
-            call = self.cache[key] = compiled._call
-        return call(list(args))
+            self.cache[key] = compiled._call
+            return compiled._call
+
+
+def specialize(gm, args):
+    """A copy of `gm` for these concrete `args`: every symbolic size and scalar input replaced by
+    its value, every node's meta["val"] a fake tensor of static shape. Runs the graph's ops once
+    on fake tensors (no FX tracing, no real computation)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.node import map_arg
+    graph = torch.fx.Graph()
+    remap = {}
+    out = graph.graph_copy(gm.graph, remap)
+    graph.output(out)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    env, inputs = {}, iter(args)
+    value = (lambda a: env.get(a, a) if isinstance(a, torch.fx.Node) else a)
+    with mode:
+        for node in list(graph.nodes):
+            if node.op == "placeholder":
+                arg = next(inputs)
+                result = mode.from_tensor(arg, static_shapes=True) if isinstance(arg, torch.Tensor) else arg
+            elif node.op == "call_function":
+                result = node.target(*map_arg(node.args, value), **map_arg(node.kwargs, value))
+            elif node.op == "get_attr":
+                result = functools.reduce(getattr, node.target.split("."), gm)
+                result = mode.from_tensor(result, static_shapes=True) if isinstance(result, torch.Tensor) else result
+            else:
+                continue
+            env[node] = result
+            node.meta["val"] = result
+            if isinstance(result, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                concrete = _concrete(result)
+                env[node] = node.meta["val"] = concrete
+                for user in list(node.users):
+                    user.args = map_arg(user.args, lambda n: concrete if n is node else n)
+                    user.kwargs = map_arg(user.kwargs, lambda n: concrete if n is node else n)
+                if node.op != "placeholder":
+                    graph.erase_node(node)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _concrete(x):
+    """An int/float/bool for a value that may be a (backed) symbolic one."""
+    import torch
+    for kind, cast in ((torch.SymInt, int), (torch.SymFloat, float), (torch.SymBool, bool)):
+        if isinstance(x, kind):
+            return cast(x)
+    return x
 
 
 def _flat(out):

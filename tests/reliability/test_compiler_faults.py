@@ -146,3 +146,42 @@ def test_unwritable_cache_directory_under_torch_compile(tmp_path):
     chain = [info.value, info.value.__cause__, getattr(info.value, "inner_exception", None)]
     assert any(isinstance(e, CacheDirError) for e in chain), repr(info.value)
     torch._dynamo.reset()
+
+
+# ---- item 5: a thread meeting a new shape does not break the others ------------------------------
+
+def test_threads_survive_another_thread_specializing_new_shapes():
+    """Three threads call one compiled function while a fourth calls a dynamic one with new sizes
+    (each a new specialization, compiled at call time): nobody raises, every result is right."""
+    torch._dynamo.reset()
+    static = torch.compile(lambda x: x.sin() + 1, backend="tdbg")
+    dynamic = torch.compile(lambda x: x.cos() * 2, backend="tdbg", dynamic=True)
+    x = torch.randn(64)
+    expected = static(x)            # tdbg's sin is within an ulp of eager's: compare with itself
+    torch.testing.assert_close(expected, x.sin() + 1)
+    dynamic(torch.randn(4, 3)), dynamic(torch.randn(5, 3))
+    errors, stop = [], threading.Event()
+
+    def caller():
+        try:
+            while not stop.is_set():
+                assert torch.equal(static(x), expected)
+        except BaseException as e:
+            errors.append(e)
+
+    def specializer():
+        try:
+            for n in range(6, 9):
+                y = torch.randn(n, 3)
+                torch.testing.assert_close(dynamic(y), y.cos() * 2)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            stop.set()
+    threads = [threading.Thread(target=caller) for _ in range(3)] + [threading.Thread(target=specializer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    torch._dynamo.reset()
+    assert errors == []
