@@ -56,7 +56,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     common.require_script(script)
     if json_path == "-":
         report_to_stderr()
-    _check_values(check_accuracy, check_calls, timeout, function)
+    _check_values(check_accuracy, check_calls, function)
     common.check_output_file(json_path, "--json")
     common.check_output_dir(out_dir, "--out")
     common.check_backend(backend)
@@ -84,13 +84,10 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     raise SystemExit(code)
 
 
-def _check_values(check_accuracy: bool, check_calls, timeout, function) -> None:
-    """Refuse values no run can honour, before any work."""
+def _check_values(check_accuracy: bool, check_calls, function) -> None:
+    """Refuse values no run can honour, before any work (--timeout's range is click's)."""
     if check_calls is not None and not check_accuracy:
         fail("--check-calls N says how many calls --check-accuracy checks; add --check-accuracy.", "usage")
-    if timeout is not None and not timeout > 0:
-        fail(f"--timeout {timeout:g}: give a number of seconds greater than 0 (or leave it out for no limit).",
-             "usage")
     if function is not None and not function.isidentifier():
         fail(f"--function {function!r}: give the name of a Python function (an identifier), e.g. --function forward.",
              "usage")
