@@ -1,0 +1,446 @@
+"""Model-zoo benchmark: real `transformers` models under eager, torch's Inductor and tdbg, in one process.
+
+    python benchmarks/models.py [--only NAME]... [--tiny] [--modes inference,training]
+                                [--backends eager,torch:inductor,tdbg] [--threads 2] [--repeat N]
+                                [--batch N] [--seq-len N] [--json PATH]
+
+Every model is built from a `transformers` config with random weights (fixed seed; nothing is
+downloaded) and every dropout/drop-path probability in the config set to 0, so training results
+are deterministic and comparable across backends. `--tiny` builds each model from a tiny config
+(two or four small layers, 32-pixel images, 16-token sequences) for smoke runs.
+
+Two modes per model:
+  inference  `model(inputs).logits` in eval mode under no_grad: measured by the harness's
+             `run_workload` (first call checked against eager with a float64 reference, cold
+             compile = first call minus a warm call, warm-up, runs interleaved, medians).
+  training   one step = zero_grad, cross-entropy loss of the compiled module's logits against
+             fixed random labels, backward, `torch.optim.SGD` step (the optimizer runs eagerly for
+             every backend). Each backend trains its own copy of the same initial weights; its
+             first step's loss and every parameter gradient are checked against eager's (float64
+             reference again), and only then is it timed, interleaved with the others.
+A backend that fails or mismatches is reported in its cell and never timed. The summary lines
+give geomeans of tdbg's time vs Inductor and vs eager and of its cold compile vs Inductor's,
+per mode, against issue 10's goals. `transformers` is the optional extra `.[bench]`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Cell, Settings  # noqa: E402
+from workloads import Workload  # noqa: E402
+
+JSON_SCHEMA = "tdbg.models"
+MODES = ("inference", "training")
+SGD_LR = 1e-3
+SEED = 0
+# issue 10's goals for tdbg: (summary key, target); time ratios are geomeans over the zoo
+GOALS = (("inference time / inductor", 0.9), ("training time / inductor", 1.0),
+         ("cold compile / inductor", 0.4), ("models slower than eager", 0))
+DEFAULT_SETTINGS = dict(repeat=10, warmup=2, run_seconds=0.0)
+TINY_SETTINGS = dict(repeat=3, warmup=1, run_seconds=0.0)
+# input shapes: (batch, image side or sequence length) per kind, full and tiny
+SHAPES = {
+    False: {"vision": (2, 224), "text": (1, 128), "seq2seq": (1, 128)},
+    True: {"vision": (2, 32), "text": (2, 16), "seq2seq": (2, 16)},
+}
+TINY_TEXT = dict(vocab_size=256, max_position_embeddings=64)
+TINY_BERT = dict(TINY_TEXT, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One model: a transformers class built from `config_class(**full)` or `(**tiny)`."""
+    name: str
+    description: str
+    kind: str                  # vision | text | seq2seq: which inputs it takes (SHAPES, _inputs)
+    model_class: str           # class name in transformers, with a `.logits` output
+    config_class: str
+    full: dict
+    tiny: dict
+
+
+ZOO = (
+    ZooModel("resnet50", "ResNet-50, 224x224", "vision", "ResNetForImageClassification", "ResNetConfig",
+             dict(num_labels=1000),
+             dict(num_labels=10, embedding_size=8, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1])),
+    ZooModel("convnext_tiny", "ConvNeXt-tiny, 224x224", "vision", "ConvNextForImageClassification",
+             "ConvNextConfig", dict(num_labels=1000),
+             dict(num_labels=10, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1])),
+    ZooModel("mobilenet_v2", "MobileNetV2 1.0, 224x224", "vision", "MobileNetV2ForImageClassification",
+             "MobileNetV2Config", dict(num_labels=1000, depth_multiplier=1.0, image_size=224),
+             dict(num_labels=10, depth_multiplier=0.25, image_size=32)),
+    ZooModel("efficientnet_b0", "EfficientNet-b0, 224x224", "vision", "EfficientNetForImageClassification",
+             "EfficientNetConfig",
+             # hidden_dim is the top conv's width: round_filters(1280) at that width coefficient
+             dict(num_labels=1000, width_coefficient=1.0, depth_coefficient=1.0, image_size=224, hidden_dim=1280),
+             dict(num_labels=10, width_coefficient=0.25, depth_coefficient=0.25, image_size=32, hidden_dim=320)),
+    ZooModel("vit_base", "ViT-base/16, 224x224", "vision", "ViTForImageClassification", "ViTConfig",
+             dict(num_labels=1000),
+             dict(num_labels=10, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, image_size=32, patch_size=8)),
+    ZooModel("bert_base", "BERT-base, masked-LM head", "text", "BertForMaskedLM", "BertConfig", {}, TINY_BERT),
+    ZooModel("gpt2", "GPT-2 (124M), LM head", "text", "GPT2LMHeadModel", "GPT2Config", dict(use_cache=False),
+             dict(use_cache=False, vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                  bos_token_id=0, eos_token_id=0)),
+    ZooModel("t5_small", "T5-small, encoder-decoder with LM head", "seq2seq", "T5ForConditionalGeneration",
+             "T5Config", dict(use_cache=False),
+             dict(use_cache=False, vocab_size=256, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                  num_decoder_layers=2, num_heads=2)),
+    ZooModel("llama_small", "Llama, 6 layers, hidden 768, 12 heads / 4 KV heads, 32k vocab", "text",
+             "LlamaForCausalLM", "LlamaConfig",
+             dict(use_cache=False, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+                  num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048),
+             dict(TINY_TEXT, use_cache=False, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2)),
+    ZooModel("distilbert", "DistilBERT-base, masked-LM head", "text", "DistilBertForMaskedLM", "DistilBertConfig",
+             {}, dict(TINY_TEXT, dim=32, hidden_dim=64, n_layers=2, n_heads=2)),
+    ZooModel("mobilebert", "MobileBERT, masked-LM head", "text", "MobileBertForMaskedLM", "MobileBertConfig", {},
+             dict(TINY_TEXT, hidden_size=32, embedding_size=16, intra_bottleneck_size=16, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=32)),
+)
+BY_NAME = {m.name: m for m in ZOO}
+
+
+class MissingTransformers(RuntimeError):
+    """`transformers` is not installed: the zoo needs the `.[bench]` extra."""
+
+
+# ---------------------------------------------------------------- building models
+
+class Logits(torch.nn.Module):
+    """`model(**dict(zip(names, inputs))).logits`: positional tensors in, one tensor out, so that
+    torch.compile, `compare` and the float64 reference see a plain module."""
+
+    def __init__(self, model, names: tuple):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *inputs):
+        return self.model(**dict(zip(self.names, inputs))).logits
+
+
+class Loss(torch.nn.Module):
+    """Mean cross-entropy of `net(*inputs)` (logits over the last dimension) against `labels`."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, *inputs_and_labels):
+        *inputs, labels = inputs_and_labels
+        logits = self.net(*inputs)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise MissingTransformers(
+            f"the model zoo builds its models with `transformers`, which is not installed ({e}); "
+            "install the benchmark extra: pip install -e '.[bench]'") from e
+    return transformers
+
+
+def make_config(zm: ZooModel, tiny: bool):
+    """The model's config with every dropout / drop-path probability set to 0 (deterministic training)."""
+    cfg = getattr(_transformers(), zm.config_class)(**(zm.tiny if tiny else zm.full))
+    for key, value in cfg.to_dict().items():
+        if "drop" in key and isinstance(value, float):
+            setattr(cfg, key, 0.0)
+    return cfg
+
+
+def _inputs(zm: ZooModel, cfg, tiny: bool, shapes: dict, g) -> tuple:
+    """(names, tensors) the model's forward takes, and its number of output classes."""
+    batch, size = shapes[zm.kind]
+    if zm.kind == "vision":
+        return ("pixel_values",), [torch.randn(batch, cfg.num_channels, size, size, generator=g)], cfg.num_labels
+    ids = [torch.randint(cfg.vocab_size, (batch, size), generator=g)]
+    if zm.kind == "seq2seq":
+        return ("input_ids", "decoder_input_ids"), ids + [torch.randint(cfg.vocab_size, (batch, size), generator=g)], \
+            cfg.vocab_size
+    return ("input_ids",), ids, cfg.vocab_size
+
+
+def build(zm: ZooModel, tiny: bool, shapes: Optional[dict] = None, training: bool = False) -> tuple:
+    """(module, inputs): `Logits` in eval mode for inference; `Loss` in train mode with the labels
+    appended to the inputs for training. Same seed, so the same weights, for both."""
+    shapes = shapes or SHAPES[tiny]
+    cfg = make_config(zm, tiny)
+    torch.manual_seed(SEED)
+    model = getattr(_transformers(), zm.model_class)(cfg)
+    g = torch.Generator().manual_seed(SEED)
+    names, inputs, classes = _inputs(zm, cfg, tiny, shapes, g)
+    net = Logits(model, names)
+    if not training:
+        return net.eval(), inputs
+    with torch.no_grad():
+        out_shape = net.eval()(*inputs).shape[:-1]
+    return Loss(net).train(), inputs + [torch.randint(classes, tuple(out_shape), generator=g)]
+
+
+# ---------------------------------------------------------------- measuring
+
+def run_inference(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
+    """The harness's `run_workload` on the model's eval-mode logits."""
+    workload = Workload(zm.name, zm.description, lambda quick: build(zm, quick, shapes))
+    return harness.run_workload(workload, backends, settings)
+
+
+def gradients(net, inputs) -> tuple:
+    """(loss, {parameter name: gradient}) of one forward+backward of `net` (a `Loss`), grads freed."""
+    with torch.enable_grad():
+        loss = net(*inputs)
+        loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in net.named_parameters() if p.grad is not None}
+    net.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def fp64_gradients(net, inputs) -> Optional[tuple]:
+    """`gradients` of a float64 copy of `net`; None when the model cannot run in float64."""
+    from tdbg.minifier.diagnose.accuracy import to_fp64
+    try:
+        return gradients(copy.deepcopy(net).to(torch.float64), to_fp64(list(inputs)))
+    except Exception:
+        return None
+
+
+def training_step(runner, params: list, inputs: list):
+    """One step of `runner` (a compiled or eager `Loss`): zero_grad, loss, backward, SGD step."""
+    optimizer = torch.optim.SGD(params, lr=SGD_LR)
+
+    def step():
+        with torch.enable_grad():
+            optimizer.zero_grad(set_to_none=True)
+            loss = runner(*inputs)
+            loss.backward()
+            optimizer.step()
+        return loss.detach()
+    return step
+
+
+def check_training(cell: Cell, spec: str, initial, inputs: list, expected: tuple, reference):
+    """Build `spec`'s own copy of the initial model, run its first step (cold) and a warm one;
+    compare the first step's loss and gradients with eager's. Returns the step when it passed."""
+    from tdbg.minifier.diagnose.accuracy import compare
+    from tdbg.minifier.diagnose.profiling import timed
+    net = copy.deepcopy(initial)
+    params = dict(net.named_parameters())
+    try:
+        step = training_step(harness.make_runner(spec, net), list(params.values()), inputs)
+        cell.first_call_s, _, loss = timed(step)
+        grads = {n: p.grad.detach().clone() for n, p in params.items() if p.grad is not None}
+        warm = timed(step)[0]
+    except Exception as e:
+        cell.status, cell.error = "failed", harness.describe(e)
+        return None
+    cell.compile_s = max(0.0, cell.first_call_s - warm) if spec != "eager" else 0.0
+    if sorted(grads) != sorted(expected[1]):
+        missing = sorted(set(expected[1]) ^ set(grads))
+        cell.status, cell.error = "mismatch", f"gradients present for different parameters: {missing[:3]}"
+        return None
+    mismatches = compare(expected, (loss, grads), reference)
+    if mismatches:
+        cell.status, cell.mismatches = "mismatch", [m.to_dict() for m in mismatches]
+        cell.error = f"{len(mismatches)} wrong, first {mismatches[0].output}: {mismatches[0].message}"
+        return None
+    return step
+
+
+def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
+    """Training-step cells, one per backend, measured like the harness's inference rows."""
+    import torch._dynamo
+    from tdbg.minifier.diagnose.profiling import alternate, median
+    initial, inputs = build(zm, settings.quick, shapes, training=True)
+    expected = gradients(copy.deepcopy(initial), inputs)
+    reference = fp64_gradients(initial, inputs)
+    cells, steps = [], {}
+    for spec in backends:
+        cell = Cell(zm.name, spec)
+        cells.append(cell)
+        step = check_training(cell, spec, initial, inputs, expected, reference)
+        if step is not None:
+            steps[spec] = harness._guarded(cell, step)
+    for step in steps.values():
+        for _ in range(settings.warmup):
+            step()
+    samples = alternate(steps, settings.repeat)
+    for cell in cells:
+        if cell.backend in samples and cell.status == "ok":
+            cell.runs_s = samples[cell.backend]["seconds"]
+            cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
+            cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
+    harness._ratios(cells, Workload(zm.name, zm.description, None), inputs, None)
+    torch._dynamo.reset()
+    return cells
+
+
+RUNNERS = {"inference": run_inference, "training": run_training}
+
+
+def run(models: list, modes: list, backends: list, settings: Settings, shapes: dict, progress=None) -> dict:
+    """The zoo under the harness's `benchmark_state`; returns the JSON payload (rows carry `mode`).
+    `progress(text)`, when given, hears of each finished model and mode."""
+    _transformers()
+    with harness.benchmark_state(settings):
+        harness.startup_cost("torch:eager")     # Dynamo's own first use, charged to no backend
+        startup = [harness.startup_cost(b) for b in backends if b != "eager"]
+        rows = []
+        for zm in models:
+            for mode in modes:
+                t0 = time.perf_counter()
+                cells = RUNNERS[mode](zm, backends, settings, shapes)
+                rows += [dict(dataclasses.asdict(c), mode=mode, model=zm.name) for c in cells]
+                if progress:
+                    progress(f"{zm.name} {mode}: {time.perf_counter() - t0:.1f} s")
+    return {"machine": harness.machine(), "settings": dataclasses.asdict(settings), "backends": backends,
+            "modes": modes, "shapes": {k: list(v) for k, v in shapes.items()}, "startup": startup,
+            "models": {zm.name: zm.description for zm in models}, "cells": rows,
+            "summary": summary(rows, modes)}
+
+
+# ---------------------------------------------------------------- summary
+
+def geomean(values: list) -> Optional[float]:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list, modes: list, mine: str = harness.GOAL_BACKEND, ref: str = harness.INDUCTOR) -> dict:
+    """Per mode: geomeans of `mine`'s time vs `ref` and vs eager and of its cold compile vs `ref`'s
+    (over the models where both are ok), models slower than eager, and models where `mine` failed."""
+    out = {}
+    for mode in modes:
+        cells = {(r["model"], r["backend"]): r for r in rows if r["mode"] == mode}
+        models = list(dict.fromkeys(r["model"] for r in rows if r["mode"] == mode))
+        both = [m for m in models if _ok(cells.get((m, mine))) and _ok(cells.get((m, ref)))]
+        out[mode] = {
+            "time_vs_inductor": geomean([cells[(m, mine)]["time_vs_inductor"] for m in both]),
+            "time_vs_eager": geomean([1 / cells[(m, mine)]["speedup_vs_eager"] for m in models
+                                      if _ok(cells.get((m, mine))) and cells[(m, mine)]["speedup_vs_eager"]]),
+            "compile_vs_inductor": geomean([cells[(m, mine)]["compile_s"] / cells[(m, ref)]["compile_s"]
+                                            for m in both if cells[(m, ref)]["compile_s"]]),
+            "compared": len(both),
+            "slower_than_eager": [m for m in models if _ok(cells.get((m, mine)))
+                                  and (cells[(m, mine)]["speedup_vs_eager"] or 1) < 1],
+            "not_ok": {m: f"{cells[(m, mine)]['status']}: {cells[(m, mine)]['error']}" for m in models
+                       if (m, mine) in cells and not _ok(cells[(m, mine)])},
+        }
+    return out
+
+
+def _ok(row: Optional[dict]) -> bool:
+    return row is not None and row["status"] == "ok" and row["median_s"] is not None
+
+
+def summary_lines(s: dict) -> list:
+    """One line per mode, e.g. `inference: tdbg/inductor geomean 1.23x over 11 models (goal <= 0.9) ...`."""
+    targets = dict(GOALS)
+    lines = []
+    for mode, m in s.items():
+        goal = targets[f"{mode} time / inductor"]
+        lines.append(
+            f"{mode}: tdbg/inductor time geomean {_x(m['time_vs_inductor'])} over {m['compared']} models "
+            f"(goal <= {goal}); tdbg/eager {_x(m['time_vs_eager'])}; cold compile tdbg/inductor "
+            f"{_x(m['compile_vs_inductor'])} (goal <= {targets['cold compile / inductor']}); slower than eager: "
+            f"{', '.join(m['slower_than_eager']) or 'none'}; failed or wrong: "
+            f"{'; '.join(f'{k} ({v})' for k, v in m['not_ok'].items()) or 'none'}")
+    return lines
+
+
+def _x(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+# ---------------------------------------------------------------- output
+
+COLUMNS = ("model", "mode", "backend", "ms/call", "speedup vs eager", "time / inductor", "cold compile s", "check")
+
+
+def row_cells(r: dict) -> list:
+    head = [r["model"], r["mode"], harness._label(r["backend"])]
+    if r["status"] != "ok":
+        return head + [""] * 4 + [f"{r['status'].upper()}: {r['error']}"]
+    return head + [harness._fmt(r["median_s"] * 1e3, ".3f"), harness._fmt(r["speedup_vs_eager"], ".2f", "x"),
+                   harness._fmt(r["time_vs_inductor"], ".2f", "x"), harness._fmt(r["compile_s"], ".3f"), "ok"]
+
+
+def render(payload: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = console or Console(width=180, highlight=False)
+    m, s = payload["machine"], payload["settings"]
+    console.print(f"{m['date']}  {m['cpu']}  {m['cores']} cores  torch {m['torch']}  threads={s['threads']}  "
+                  f"repeat={s['repeat']}  shapes={payload['shapes']}")
+    for st in payload["startup"]:
+        text = f"error {st['error']}" if "error" in st else f"{st['startup_s']:.3f} s"
+        console.print(f"start-up {st['backend']}: {text}")
+    table = Table(*COLUMNS[:-1])
+    table.add_column(COLUMNS[-1], max_width=70, overflow="ellipsis", no_wrap=True)
+    for r in payload["cells"]:
+        table.add_row(*row_cells(r))
+    console.print(table)
+    for line in summary_lines(payload["summary"]):
+        console.print(line, soft_wrap=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", action="append", choices=sorted(BY_NAME), help="run only this model (repeatable)")
+    p.add_argument("--tiny", action="store_true", help="tiny configs and few repeats (smoke runs, tests)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: inference, training")
+    p.add_argument("--backends", default=",".join(harness.DEFAULT_BACKENDS), help="comma-separated backend specs")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and tdbg's num_threads")
+    p.add_argument("--repeat", type=int, help="timed runs per backend")
+    p.add_argument("--batch", type=int, help="batch size for every model")
+    p.add_argument("--seq-len", type=int, help="sequence length (text) / image side (vision) for every model")
+    p.add_argument("--json", dest="json_path", help="write the results as JSON")
+    args = p.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or not args.modes:
+        p.error(f"--modes takes a comma-separated subset of {', '.join(MODES)}; got {bad or 'nothing'}")
+    return args
+
+
+def shapes_for(args) -> dict:
+    """SHAPES for --tiny or full size, with --batch / --seq-len overriding every kind."""
+    return {kind: (args.batch or batch, args.seq_len or size) for kind, (batch, size) in SHAPES[args.tiny].items()}
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    changes = dict(TINY_SETTINGS if args.tiny else DEFAULT_SETTINGS, quick=args.tiny, threads=args.threads)
+    if args.repeat is not None:
+        changes["repeat"] = args.repeat
+    models = [BY_NAME[n] for n in args.only] if args.only else list(ZOO)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    try:
+        payload = run(models, args.modes, backends, Settings(**changes), shapes_for(args),
+                      lambda text: print(text, file=sys.stderr, flush=True))
+    except MissingTransformers as e:
+        from tdbg.cli.console import fail
+        fail(str(e))
+    render(payload)
+    if args.json_path:
+        from tdbg.cli.console import write_json
+        write_json(args.json_path, payload, JSON_SCHEMA)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
