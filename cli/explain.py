@@ -4,43 +4,70 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import exit_code, exit_codes_help, out, report_to_stderr, write_json
+from tdbg.cli.console import exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
 
 
 @click.command(epilog=exit_codes_help())
 @common.script_arguments
+@click.option("--backend", default="torch:inductor", show_default=True, metavar="NAME",
+              help="The backend the script really uses (torch:NAME, inductor for tdbg's compiler, module:function, "
+                   "file.py:function; `eager` for Dynamo's capture only, fastest). Backends add guards of their "
+                   "own, so recompiles are counted under this one.")
 @click.option("--max-graph-breaks", type=click.IntRange(0), metavar="N",
               help="Exit with the `threshold` code when there are more than N graph-break sites.")
 @click.option("--max-recompiles", type=click.IntRange(0), metavar="N",
-              help="Exit with the `threshold` code when Dynamo recompiles more than N times.")
+              help="Exit with the `threshold` code when the script recompiles more than N times.")
 @common.timeout_option(None)
 @common.json_option
-def explain(script, args, max_graph_breaks, max_recompiles, timeout, json_path):
-    """Run SCRIPT (ARGS after --) capturing graphs only (Dynamo, no compiler) and explain them.
+def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, json_path):
+    """Run SCRIPT (ARGS after --) under --backend and explain what Dynamo did with it.
 
     Per compiled function: graph count, ops per graph and the user lines they come from, graph
     breaks with the reason in plain words and the line, a guard summary, and each recompile with
-    the guard that failed in user terms and what to do about it.
+    the guard that failed in user terms and what to do about it. With fullgraph=True a graph
+    break stops the script: the break that stopped it is reported.
     """
-    common.require_script(script)
+    common.check_output_file(json_path, "--json")
     if json_path == "-":
         report_to_stderr()
+    thresholds = {"max_graph_breaks": max_graph_breaks, "max_recompiles": max_recompiles}
+    problem = _bad_input(script, backend)
+    if problem:
+        write_json(json_path, {"script": script, "argv": list(args), "backend": backend, "thresholds": thresholds,
+                               "exceeded": [], "exit_code": exit_code("bad_input"), "status": "failed",
+                               "stage": "bad_input", "error": {"stage": "bad_input", "type": "bad_input",
+                                                               "message": problem, "source": None}},
+                   JSON_SCHEMA, JSON_VERSION)
+        fail(problem, "bad_input")
     from tdbg.minifier.diagnose.explain import build_report, exceeded
     from tdbg.minifier.runs.runner import RunRequest, run_script
-    verdict = run_script(RunRequest(script=script, argv=list(args), backend="eager",
+    verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
                                     timeout=timeout, stdout_to_stderr=json_path == "-"))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)
-    render(report, verdict, problems, script)
-    write_json(json_path, {"script": script, "argv": list(args),
-                           "thresholds": {"max_graph_breaks": max_graph_breaks, "max_recompiles": max_recompiles},
+    render(report, verdict, problems, script, backend)
+    write_json(json_path, {"script": script, "argv": list(args), "backend": backend, "thresholds": thresholds,
                            "exceeded": problems, "exit_code": code, "status": verdict["status"],
                            "stage": verdict.get("stage"), "error": _short_error(verdict), **report},
                JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
+
+
+def _bad_input(script: str, backend: str):
+    """The one-paragraph problem with SCRIPT or --backend, or None (checked before the run)."""
+    from tdbg.minifier.runs.backends import BackendError, check_name
+    from tdbg.minifier.runs.runner import check_script
+    problem = check_script(script)
+    if problem:
+        return problem + " Give the path of a Python script that calls torch.compile."
+    try:
+        check_name(backend)
+    except BackendError as e:
+        return str(e)
+    return None
 
 
 def _exit(verdict: dict, problems: list, script: str) -> int:
@@ -57,15 +84,23 @@ def _short_error(verdict: dict):
     return None if not err else {k: err.get(k) for k in ("stage", "type", "message", "source")}
 
 
-def render(report: dict, verdict: dict, problems: list, script: str) -> None:
+def render(report: dict, verdict: dict, problems: list, script: str, backend: str = "") -> None:
     from rich.markup import escape
     c = out()
     t = report["totals"]
-    c.print(f"[bold]{escape(script)}[/]: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
+    under = f" under {escape(backend)}" if backend else ""
+    c.print(f"[bold]{escape(script)}[/]{under}: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
             f"{t['graph_breaks']} graph break(s), {t['recompiles']} recompile(s)")
     for fn in report["functions"]:
         _render_function(c, fn)
-    if verdict["status"] != "ok":
+    stopped = report.get("stopped_by")
+    if stopped:
+        c.print("[bold red]Stopped:[/] with fullgraph=True a graph break is an error, so the script stopped at "
+                "this one (nothing after it was captured)")
+        c.print(f"      line: {escape(stopped['line'])}")
+        c.print(f"      why: {escape(stopped['reason'])}")
+        c.print("      fix: remove the break (see why), or drop fullgraph=True to let Dynamo split the graph")
+    elif verdict["status"] != "ok":
         err = verdict.get("error") or {}
         c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
                 f"{escape(str(err.get('message', '')))}")
@@ -87,7 +122,8 @@ def _render_function(c, fn: dict) -> None:
             c.print(f"      line {line['line']}: {escape(line['code'])}  [dim]-> {escape(', '.join(line['ops']))}[/]")
     for i, b in enumerate(fn["breaks"], 1):
         times = f" (x{b['count']})" if b["count"] > 1 else ""
-        c.print(f"  [bold yellow]break {i}[/]{times}: {escape(b['line'])}")
+        stop = " [red](stopped compilation: fullgraph=True)[/]" if b.get("stopped_compilation") else ""
+        c.print(f"  [bold yellow]break {i}[/]{times}: {escape(b['line'])}{stop}")
         c.print(f"      why: {escape(b['reason'])}")
     guards = fn["guards"]
     if guards["total"]:

@@ -1,9 +1,12 @@
 """Turn what a run recorded (graphs, break reasons, guards, guard failures) into an explanation.
 
-`build_report(verdict)` takes a runner verdict (run with the `eager` backend: Dynamo capture
-only) and returns, per compiled function: its graphs with ops and user lines, its graph breaks
-with a reason in plain words (grouped by site), a guard summary, and its recompiles with the
-guard that failed in user terms and a suggestion. Pure data in, data out: no torch needed.
+`build_report(verdict)` takes a runner verdict (run with the user's real backend: a backend adds
+guards of its own, e.g. Inductor's on sizes, so only its run shows the real recompiles) and
+returns, per compiled function: its graphs with ops and user lines, its graph breaks with a
+reason in plain words (grouped by site), a guard summary in the user's names (`self.fc.weight`),
+and its recompiles with the guard that failed in user terms and a suggestion. A run that Dynamo
+stopped (fullgraph=True turns a graph break into an error) reports that break as `stopped_by`
+and among its function's breaks. Pure data in, data out: no torch needed.
 
 Counting, per function: `graph_count` is the number of pieces Dynamo split it into (distinct
 frames: the function and its resume points), as `torch._dynamo.explain` reports for one call;
@@ -24,14 +27,17 @@ BREAK_REASONS = (
     (r"generic_jump|[Dd]ata-dependent (branching|jump)|[Dd]ynamic control flow",
      "data-dependent branch on a tensor value (a Python `if`/`while` on a tensor)"),
     (r"builtin operator `print`", "call to print(): Dynamo cannot put Python I/O in a graph"),
-    (r"Tensor\.item\(\)", "reads a tensor value into Python with .item() "
-                          "(torch._dynamo.config.capture_scalar_outputs = True keeps it in the graph)"),
+    (r"Tensor\.item\(\)|_local_scalar_dense",
+     "reads a tensor value into a Python number (.item(), float(), int(), or .item() of a NumPy value "
+     "computed from a tensor); torch._dynamo.config.capture_scalar_outputs = True keeps it in the graph"),
     (r"Tensor\.tolist\(\)", "converts a tensor to a Python list with .tolist()"),
     (r"graph_break\(\)", "an explicit torch._dynamo.graph_break()"),
     (r"marked as skipped|skipped function", "call into a function Dynamo does not trace (skipped)"),
     (r"builtin operator `(\w+)`", "call to the Python builtin {0}(), which Dynamo cannot trace"),
-    (r"[Dd]ata dependent operator|[Dd]ynamic shape operator",
-     "an op whose output shape depends on tensor values (e.g. nonzero)"),
+    (r"[Dd]ynamic shape operator.*?`?(aten\.[\w.]+)",
+     "an op whose output shape depends on tensor values ({0}); "
+     "torch._dynamo.config.capture_dynamic_output_shape_ops = True keeps it in the graph"),
+    (r"[Dd]ata dependent operator.*?`?(aten\.[\w.]+)", "an op whose non-tensor result depends on tensor values ({0})"),
     (r"[Uu]nsupported context manager", "an unsupported context manager (`with ...`)"),
     (r"[Uu]nsupported method call|[Uu]nsupported function call", "a call Dynamo cannot trace"),
 )
@@ -53,6 +59,13 @@ RECOMPILE_REASONS = (
      "call with the same requires_grad every time (or detach() it)"),
     (r"tensor '(?P<name>[^']+)' (?P<what>[\w ]+) mismatch",
      "argument `{name}` changed {what}", "keep `{name}`'s {what} the same between calls"),
+    (r"(?P<lo>\d+) <= (?P<name>[\w.]+)\.size\(\)\[(?P<dim>\d+)\] <= (?P<hi>\d+)",
+     "argument `{name}` left the size range {lo}..{hi} in dim {dim} that the compiled graph assumed",
+     "the backend compiled for that range (Inductor adds such guards while choosing kernels); sizes on both "
+     "sides of it each need a graph: keep `{name}`'s dim {dim} within one range if the recompiles hurt"),
+    (r"(?P<name>[\w.]+)\.size\(\)\[(?P<dim>\d+)\]",
+     "a condition on the size of `{name}` in dim {dim} no longer holds",
+     "the graph was compiled assuming it; keep `{name}`'s dim {dim} on one side of it if the recompiles hurt"),
     (r"^___stack\d+ == (?P<old>[^\s#]+)",
      "a Python number computed by the previous graph changed (was {old})",
      "keep the value in a tensor, or set torch._dynamo.config.capture_scalar_outputs = True"),
@@ -71,7 +84,7 @@ RECOMPILE_REASONS = (
 
 def plain_break_reason(reason: str) -> str:
     for pattern, words in BREAK_REASONS:
-        m = re.search(pattern, reason)
+        m = re.search(pattern, reason, re.S)
         if m:
             return words.format(*m.groups())
     return _first_line(reason)
@@ -79,7 +92,7 @@ def plain_break_reason(reason: str) -> str:
 
 def plain_recompile(reason: str) -> dict:
     """{'changed', 'suggestion', 'guard', 'line'} for one guard-failure text from Dynamo."""
-    guard = re.sub(r"^\d+/\d+:\s*", "", _first_line(reason))
+    guard = source_names(re.sub(r"^\d+/\d+:\s*", "", _first_line(reason)))
     code = re.search(r"#\s*(?P<code>.+?)\s*#\s*(?P<where>\S+:\d+)", guard)
     guard_expr = guard.split("#")[0].strip()
     line = _user_stack_line(reason) or (code.group("where") if code else None)
@@ -90,6 +103,13 @@ def plain_recompile(reason: str) -> dict:
             return {"changed": changed.format(**fields), "suggestion": suggestion.format(**fields),
                     "guard": guard_expr, "line": line}
     return {"changed": f"guard failed: {guard_expr}", "suggestion": "", "guard": guard_expr, "line": line}
+
+
+def source_names(text: str) -> str:
+    """Dynamo's guard sources in the user's spelling: L['self']._modules['fc']._parameters['weight']
+    -> self.fc.weight (locals L[...] and globals G[...] by name, module children by attribute)."""
+    text = re.sub(r"\b[LG]\['([^'\]]+)'\]", r"\1", text)
+    return re.sub(r"\._(?:modules|parameters|buffers)\['([^'\]]+)'\]", r".\1", text)
 
 
 def _user_stack_line(reason: str) -> Optional[str]:
@@ -133,6 +153,11 @@ def build_report(verdict: dict) -> dict:
         others = sorted({plain_recompile(r["reason"])["changed"] for r in group[1:]} - {first["changed"]})
         fn["recompiles"].append({"frame": group[0]["frame"], **first, "failed_guards": len(group),
                                  "also": others})
+    stopped = stopped_by(verdict)
+    if stopped:
+        fn = _function(functions, stopped["function"])
+        fn["breaks"].append({k: stopped[k] for k in ("line", "reason", "dynamo_reason", "user_stack", "count")}
+                            | {"stopped_compilation": True})
     for fn in functions.values():
         fn["graph_count"] = len({g["frame"] for g in fn["graphs"]})
         fn["compiled_graphs"] = len(fn["graphs"])
@@ -143,7 +168,21 @@ def build_report(verdict: dict) -> dict:
               "compiled_graphs": sum(f["compiled_graphs"] for f in functions.values()),
               "graph_breaks": sum(f["graph_breaks"] for f in functions.values()),
               "recompiles": sum(f["recompile_count"] for f in functions.values())}
-    return {"totals": totals, "functions": list(functions.values())}
+    return {"totals": totals, "functions": list(functions.values()), "stopped_by": stopped}
+
+
+def stopped_by(verdict: dict) -> Optional[dict]:
+    """The graph break that stopped the run, when Dynamo raised it instead of breaking the graph
+    (fullgraph=True): {function, line, reason, dynamo_reason, user_stack, count}; else None."""
+    err = verdict.get("error") or {}
+    if verdict.get("stage") != "dynamo" or err.get("type") != "Unsupported":
+        return None
+    m = re.match(r"(?P<loc>.+:\d+) in (?P<fn>[^:]+): (?P<code>.*)$", err.get("source") or "")
+    line = f"{m['loc']}  {m['code']}" if m else "<unknown line>"
+    message = re.sub(r"^Unsupported:\s*", "", str(err.get("message") or ""))
+    return {"function": function_of(m["fn"]) if m else "<unknown>", "line": line,
+            "reason": plain_break_reason(message), "dynamo_reason": _first_line(message),
+            "user_stack": [line], "count": 1}
 
 
 def _recompile_groups(failures: list) -> list:
@@ -174,7 +213,7 @@ def _merge_guards(summary: dict, guards: dict) -> None:
     summary["total"] += guards["total"]
     for kind, n in guards["by_kind"].items():
         summary["by_kind"][kind] = summary["by_kind"].get(kind, 0) + n
-    for name in (re.sub(r"^L\['(.*)'\]$", r"\1", t) for t in guards["tensors"]):
+    for name in map(source_names, guards["tensors"]):
         if name not in summary["tensors"]:
             summary["tensors"].append(name)
 

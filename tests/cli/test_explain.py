@@ -43,6 +43,11 @@ BREAKS = {
     "Call to `torch._dynamo.graph_break()`": "explicit torch._dynamo.graph_break()",
     "Dynamo does not know how to trace builtin operator `len`": "builtin len()",
     "something new\nsecond line": "something new",
+    # NumPy .item() on a tensor's quantile: a read into Python, not a data-dependent output shape
+    "Data dependent operator\n  Explanation: Operator `aten._local_scalar_dense.default` has a non-Tensor output":
+        "reads a tensor value into a Python number",
+    "Dynamic shape operator\n  Explanation: Operator `aten.nonzero.default`'s output shape depends on input":
+        "output shape depends on tensor values (aten.nonzero.default)",
 }
 
 
@@ -57,7 +62,11 @@ RECOMPILES = {
     "0/0: tensor 'a' requires_grad mismatch. expected requires_grad=0": "argument `a` changed requires_grad",
     "2/0: n == 2      # return y * n  # x.py:7 in f": "Python value `n` changed (the graph was specialised to 2)",
     "1/0: ___stack0 == -0.75     # if a.sum().item() > 0:  # x.py:4 in f": "computed by the previous graph changed",
-    "0/0: len(L['xs']) == 3": "the length of L['xs'] changed (was 3)",
+    "0/0: len(L['xs']) == 3": "the length of xs changed (was 3)",
+    "0/1: 2 <= L['x'].size()[0] <= 4096  # return F.linear(x)  # m.py:3 in f":
+        "argument `x` left the size range 2..4096 in dim 0 that the compiled graph assumed",
+    "0/0: tensor 'L['self']._modules['fc']._parameters['weight']' dtype mismatch. expected Float, actual Double":
+        "argument `self.fc.weight` changed dtype: Float -> Double",
     "0/0: GLOBAL_STATE changed: grad_mode ": "grad mode changed",
 }
 
@@ -71,3 +80,36 @@ def test_thresholds():
     report = {"totals": {"graph_breaks": 2, "recompiles": 0}}
     assert explain.exceeded(report, 2, 0) == []
     assert explain.exceeded(report, 1, None) == ["2 graph break(s) > --max-graph-breaks 1"]
+
+
+def test_item_break_is_not_called_an_output_shape_op():
+    reason = explain.plain_break_reason("Data dependent operator\n  Explanation: Operator "
+                                        "`aten._local_scalar_dense.default` has a non-Tensor output")
+    assert "shape" not in reason
+
+
+def test_guard_summary_uses_the_users_names():
+    verdict = {"graphs": [{"index": 0, "frame": "forward", "ops": ["linear"], "graph_break": False}],
+               "guards": [{"frame": "forward", "total": 3, "by_kind": {"TENSOR_MATCH": 3},
+                           "tensors": ["L['self']._modules['fc']._parameters['weight']",
+                                       "L['self']._modules['fc']._buffers['mask']", "L['x']"]}]}
+    (fn,) = explain.build_report(verdict)["functions"]
+    assert fn["guards"]["tensors"] == ["self.fc.weight", "self.fc.mask", "x"]
+
+
+def test_fullgraph_error_is_reported_as_the_break_that_stopped_the_run():
+    verdict = {"status": "failed", "stage": "dynamo", "graphs": [], "guards": [], "recompiles": [],
+               "error": {"type": "Unsupported", "source": "s.py:6 in f: if y.sum() > 0:",
+                         "message": "Unsupported: Data-dependent branching\n  Explanation: ..."}}
+    report = explain.build_report(verdict)
+    assert report["stopped_by"]["line"] == "s.py:6  if y.sum() > 0:"
+    assert report["stopped_by"]["reason"].startswith("data-dependent branch on a tensor value")
+    (fn,) = report["functions"]
+    assert (fn["function"], fn["graph_breaks"], fn["breaks"][0]["stopped_compilation"]) == ("f", 1, True)
+    assert report["totals"]["graph_breaks"] == 1
+
+
+def test_other_dynamo_errors_are_not_breaks():
+    verdict = {"status": "failed", "stage": "dynamo", "graphs": [],
+               "error": {"type": "InternalTorchDynamoError", "source": "s.py:6 in f: y = g(x)", "message": "boom"}}
+    assert explain.build_report(verdict)["stopped_by"] is None
