@@ -95,7 +95,9 @@ def check_environment(uses_compiler: bool) -> None:
 
 def _check_cache_dir(path: str) -> None:
     import os
-    named = "TDBG_CACHE_DIR" if os.environ.get("TDBG_CACHE_DIR") else "the default cache folder (TDBG_CACHE_DIR unset)"
+    named = ("TDBG_CACHE_DIR" if os.environ.get("TDBG_CACHE_DIR") else
+             "cache_dir of TDBG_CONFIG" if '"cache_dir"' in os.environ.get("TDBG_CONFIG", "") else
+             "the default cache folder (TDBG_CACHE_DIR unset)")
     problem = _unwritable_dir(path)
     if problem:
         fail(f"{named} {path}: {problem}; tdbg's compiler keeps its built kernels there. Point TDBG_CACHE_DIR "

@@ -24,6 +24,8 @@ def _start(args, tmp_path):
     script = tmp_path / "spawns_and_waits.py"
     script.write_text(SPAWNS_AND_WAITS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TDBG_") or k == "TDBG_CACHE_DIR"}
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")     # tdbg's temporary folders: none may be left behind
     return subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", *args(str(script))], cwd=ROOT, env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -76,6 +78,7 @@ def test_ctrl_c_in_run_kills_the_child_and_what_it_started(tmp_path):
     assert err == (f"interrupted (Ctrl-C): tdbg run {script} was stopped; no child process is left running.\n")
     assert out == ""
     assert len(below) >= 2 and _alive(below) == []
+    assert _tdbg_temporaries(tmp_path) == []
 
 
 def test_ctrl_c_in_profile_names_the_step(tmp_path):
@@ -87,3 +90,8 @@ def test_ctrl_c_in_profile_names_the_step(tmp_path):
     assert err.splitlines()[-1] == (f"interrupted (Ctrl-C): tdbg profile {script} was stopped during the eager "
                                     f"run of {script}; no child process is left running.")
     assert _alive(below) == [] and not trace.exists()
+    assert _tdbg_temporaries(tmp_path) == []
+
+
+def _tdbg_temporaries(tmp_path):
+    return [name for name in os.listdir(tmp_path / "tmp") if name.startswith("tdbg")]
