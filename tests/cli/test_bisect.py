@@ -68,3 +68,12 @@ def test_foo2_segfault_is_bisected_not_fatal(scenarios):
     doc = _assert_ends_at_neg(scenarios["bisect_foo2_crash"], "crash")
     assert doc["graph"] == {"index": 0, "frame": "foo2", "ops": None, "of": None}
     assert doc["workaround"]["passes"] is True
+
+
+def test_json_path_that_is_a_directory_fails_before_any_run(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", "bisect", "examples/foo2.py", "--backend",
+                           "torch:inductor", "--json", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == exit_code("usage"), proc.stderr
+    assert "that is a directory" in proc.stderr and "run uncompiled" not in proc.stderr
