@@ -240,8 +240,11 @@ _CHAIN_BLAME = {
 
 def _chain_verdict(backend: str, failing: dict, chain: tuple = CHAIN) -> dict:
     stage = failing.get("stage")
+    later = chain[chain.index(backend) + 1:]
     if backend in _CHAIN_BLAME:
         level, summary = _CHAIN_BLAME[backend]
+        if later:   # the chosen backend was never run: say so rather than let the verdict read as its
+            summary += f"; the chain stopped there, so {', '.join(later)} did not run"
         return {"level": level, "stage": stage, "summary": summary}
     prev = chain[chain.index(backend) - 1] if chain.index(backend) else None
     where = f" while {prev} passes" if prev else ""

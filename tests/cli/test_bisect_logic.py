@@ -206,3 +206,12 @@ def test_chain_that_cannot_reach_the_backend_says_so(tmp_path):
     result = B._bisect(prober, 1, "torch:nope")
     assert result["verdict"] == {"level": "unreachable", "stage": "bad_input", "summary":
                                  "could not run backend torch:nope of the chain (unknown backend 'torch:nope': ...)"}
+
+
+def test_a_layer_failing_before_the_chosen_backend_says_the_backend_did_not_run():
+    verdict = B._chain_verdict("torch:aot_eager", {"stage": "aot_autograd"}, B.chain_for("torch:inductor"))
+    assert verdict["level"] == "aot_autograd"
+    assert verdict["summary"].endswith(
+        "; the chain stopped there, so torch:aot_eager_decomp_partition, torch:inductor did not run")
+    assert B._chain_verdict("aot_eager", {"stage": "aot_autograd"}, B.chain_for("aot_eager"))["summary"].endswith(
+        "(tracing to aten, a decomposition, or partitioning)")
