@@ -148,7 +148,7 @@ def _render_torch_culprit(c, culprit: dict) -> None:
         c.print(f"[bold]{escape(culprit['subsystem'])}[/]: {escape(culprit['note'])}")
         return
     c.print(f"[bold]Culprit {escape(culprit['subsystem'])}[/]: #{culprit['index']} of {culprit['of']} "
-            f"(fails with #0..{culprit['index']} on, passes with {culprit['passes_with']} on)")
+            f"(fails with the first {culprit['count']} on, passes with the first {culprit['passes_with']} on)")
     for key in ("applied", "target"):
         if culprit.get(key):
             c.print(f"  {key}: {escape(str(culprit[key]))}")
