@@ -215,3 +215,29 @@ def test_a_layer_failing_before_the_chosen_backend_says_the_backend_did_not_run(
         "; the chain stopped there, so torch:aot_eager_decomp_partition, torch:inductor did not run")
     assert B._chain_verdict("aot_eager", {"stage": "aot_autograd"}, B.chain_for("aot_eager"))["summary"].endswith(
         "(tracing to aten, a decomposition, or partitioning)")
+
+
+PROBE_CHILD = """
+import json, os, sys, torch
+from tdbg.minifier.diagnose import bisect as B
+def f(x):
+    return x.neg(), torch.amin(x, 1)
+torch._dynamo.optimize(B.torch_probe)(f)(torch.ones(2, 3))
+"""
+
+
+def test_probe_backend_drives_torchs_bisector_in_a_real_child(tmp_path):
+    """The probe backend against the installed torch: lowerings #0..0 on (neg lowered, amin run by
+    aten), every application counted, the bisector's debug info and the node's target recorded."""
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "probe.json"
+    spec = {"backend": "inductor", "subsystem": "lowerings", "mode": "upto", "at": 0, "out": str(out)}
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TORCH_BISECT_")}
+    proc = subprocess.run([sys.executable, "-c", PROBE_CHILD], env=dict(env, **{B.PROBE_ENV: json.dumps(spec)}),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert (doc["count"], doc["debug"]) == (2, "neg")
+    assert {doc["nodes"]["neg"], doc["nodes"]["amin"]} == {"aten.neg.default", "aten.amin.default"}
