@@ -18,6 +18,19 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
+# The aten/prims ops tdbg lowers, by name: the ops `inject_bug` can break (an op that is not
+# lowered has no generated code to break). tests/test_config.py pins it to lowering.LOWERINGS;
+# spelled out here so that reading the configuration stays torch-free.
+INJECTABLE_OPS = frozenset("""
+    _to_copy _unsafe_view abs acos acosh add alias all amax amin any arange argmax argmin as_strided
+    asin asinh atan atan2 atanh bitwise_and bitwise_left_shift bitwise_not bitwise_or
+    bitwise_right_shift bitwise_xor cat ceil clamp clamp_max clamp_min clone constant_pad_nd
+    convert_element_type copy copysign cos cosh detach div embedding eq erf erfc exp exp2 expand expm1
+    floor floor_divide fmax fmin fmod frac full full_like gather ge gt hypot index_select iota isinf
+    isnan le lgamma lift_fresh_copy log log10 log1p log2 logical_and logical_not logical_or
+    logical_xor lt max maximum mean min minimum mul ne neg permute pow prod reciprocal relu remainder
+    reshape round rsqrt scalar_tensor select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
+    t tan tanh transpose trunc unsqueeze var var_mean view where""".split())
 LOG_CHANNELS = ("compiler", "output_code", "schedule", "graph")
 
 
@@ -77,6 +90,7 @@ class Config:
             op, kind = self.inject_bug
             if kind not in BUG_KINDS:
                 raise ValueError(f"inject_bug kind {kind!r} is not one of {', '.join(BUG_KINDS)}")
+            check_injectable(op)
         unknown = set(self.logs) - set(LOG_CHANNELS)
         if unknown:
             raise ValueError(f"unknown log channel(s) {sorted(unknown)}; channels: {', '.join(LOG_CHANNELS)}")
@@ -100,9 +114,16 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
+        """The Config `to_json` wrote; ValueError for text that is not a JSON object or has a key
+        that is not a field (a typo would otherwise be dropped without a word)."""
         d = json.loads(text)
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**_normalize({k: v for k, v in d.items() if k in known}))
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object of config fields, got {type(d).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise ValueError(f"unknown config key(s) {', '.join(map(repr, unknown))}; keys: {', '.join(known)}")
+        return cls(**_normalize(d))
 
 
 def _normalize(d: dict) -> dict:
@@ -159,11 +180,22 @@ def parse_logs(spec: str) -> tuple:
 
 
 def parse_inject_bug(spec: str) -> tuple:
-    """'neg:accuracy' -> ('neg', 'accuracy')."""
+    """'neg:accuracy' -> ('neg', 'accuracy'); OP must name an op of INJECTABLE_OPS."""
     op, sep, kind = spec.partition(":")
     if not sep or kind not in BUG_KINDS:
         raise ValueError(f"inject_bug must look like OP:KIND with KIND in {', '.join(BUG_KINDS)}, got {spec!r}")
+    check_injectable(op)
     return (op, kind)
+
+
+def check_injectable(op: str) -> None:
+    """ValueError unless `op` ("neg", "aten.neg", "aten.neg.default", "prims.convert_element_type")
+    names an op in INJECTABLE_OPS."""
+    parts = op.split(".")
+    name = parts[1] if len(parts) > 1 and parts[0] in ("aten", "prims") else parts[0]
+    if name not in INJECTABLE_OPS:
+        raise ValueError(f"inject_bug op {op!r} is not an op tdbg lowers, so no generated code could break; "
+                         f"ops: {', '.join(sorted(INJECTABLE_OPS))}")
 
 
 def _flag(v: str) -> bool:
@@ -198,7 +230,11 @@ _ENV = {
 def from_env(environ=None) -> Config:
     """Build a Config from TDBG_* variables; a malformed value raises ValueError naming it."""
     env = os.environ if environ is None else environ
-    cfg = Config.from_json(env["TDBG_CONFIG"]) if env.get("TDBG_CONFIG") else Config()
+    try:
+        cfg = Config.from_json(env["TDBG_CONFIG"]) if env.get("TDBG_CONFIG") else Config()
+    except (ValueError, TypeError) as e:
+        shown = env["TDBG_CONFIG"] if len(env["TDBG_CONFIG"]) <= 200 else env["TDBG_CONFIG"][:200] + "..."
+        raise ValueError(f"environment variable TDBG_CONFIG={shown!r}: {e}") from None
     changes = {}
     for var, (name, parse) in _ENV.items():
         if env.get(var):

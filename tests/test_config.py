@@ -36,6 +36,11 @@ def test_logs_spec_splits_verbose_channels():
 
 @pytest.mark.parametrize("var,value,needle", [
     ("TDBG_INJECT_BUG", "neg:boom", "TDBG_INJECT_BUG='neg:boom'"),
+    ("TDBG_INJECT_BUG", "nge:accuracy", "TDBG_INJECT_BUG='nge:accuracy': inject_bug op 'nge' is not an op tdbg "
+                                        "lowers, so no generated code could break; ops: _to_copy, _unsafe_view, abs,"),
+    ("TDBG_CONFIG", '{"simdlenn": 0}', "TDBG_CONFIG='{\"simdlenn\": 0}': unknown config key(s) 'simdlenn'; keys: "
+                                       "max_fusion_size, fusion, max_fusions,"),
+    ("TDBG_CONFIG", "[0]", "TDBG_CONFIG='[0]': expected a JSON object of config fields, got list"),
     ("TDBG_NUM_THREADS", "many", "TDBG_NUM_THREADS='many'"),
     ("TDBG_LOGS", "dynamo", "unknown log channel 'dynamo'"),
 ])
@@ -70,3 +75,20 @@ def test_repro_env_prefers_tdbg_names_and_honours_torch_names():
     assert C.repro_from_env({"TDBG_REPRO_AFTER": "dynamo", "TORCHDYNAMO_REPRO_AFTER": "aot"}) == ("dynamo", 2)
     with pytest.raises(ValueError, match="repro_level must be 1, 2, 3 or 4"):
         C.repro_from_env({"TDBG_REPRO_LEVEL": "7"})
+
+
+def test_injectable_ops_are_the_lowered_ops():
+    """config.INJECTABLE_OPS (torch-free) names exactly the ops lowering.py lowers."""
+    from tdbg.compiler import lowering, lowering_reductions  # noqa: F401  (registers the reductions)
+    from tdbg.compiler.ops import op_name
+    assert C.INJECTABLE_OPS == {op_name(t) for t in lowering.LOWERINGS}
+
+
+@pytest.mark.parametrize("spec", ["neg", "aten.neg", "aten.neg.default", "prims.convert_element_type.default"])
+def test_inject_bug_accepts_every_spelling_of_a_lowered_op(spec):
+    assert C.from_env({"TDBG_INJECT_BUG": f"{spec}:accuracy"}).inject_bug == (spec, "accuracy")
+
+
+def test_programmatic_config_refuses_an_unknown_op_too():
+    with pytest.raises(ValueError, match="inject_bug op 'mm' is not an op tdbg lowers"):
+        C.Config(inject_bug=("mm", "accuracy"))
