@@ -172,6 +172,9 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
                     if checked else "")
         c.print(f"[bold green]OK[/] {escape(script)}: backend {escape(backend)}, {len(graphs)} graph(s) "
                 f"compiled{accuracy}, {verdict.get('duration_s', 0):.1f} s")
+        for g in graphs:
+            for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
+                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
         _debug_line(verdict)
         return
     err = verdict.get("error") or {}

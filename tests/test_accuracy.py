@@ -162,3 +162,14 @@ def test_input_names_come_from_dynamo_sources():
 def test_compare_names_replace_paths():
     [m] = compare([torch.zeros(1), torch.zeros(1)], [torch.zeros(1), torch.ones(1)], names=["grad of a", "grad of b"])
     assert m.output == "grad of b"
+
+
+def test_a_reference_that_cannot_run_leaves_the_call_unchecked_and_says_so():
+    def broken(x):
+        raise RuntimeError("no eager kernel")
+    snap = snapshot(_traced(lambda x: x + 1))
+    snap.forward = broken
+    result = check_call(lambda x: x + 2, snap, [torch.zeros(2)])
+    assert (result.forward, result.forward_checked) == ([], False)
+    assert result.unchecked == "eager failed on the graph: RuntimeError: no eager kernel"
+    assert torch.equal(result.actual, torch.full((2,), 2.0))

@@ -141,6 +141,8 @@ class CallCheck:
     forward: list
     backward: list
     grads_checked: bool
+    unchecked: Optional[str] = None   # why (part of) this call could not be checked: eager failed
+    forward_checked: bool = True
 
 
 def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> CallCheck:
@@ -152,15 +154,21 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     cloned leaves, vs eager autograd on `snap` (float64 reference). Inputs are cloned before the
     user's call, so graphs that mutate their inputs are judged on what they were given; the RNG
     state is put back before each run and left as the user's call left it. An exception raised
-    while checking gradients carries `tdbg_during = "backward"`."""
+    while checking gradients carries `tdbg_during = "backward"`. When eager itself fails on the
+    copy, nothing is compared and `unchecked` says why (never a silent pass)."""
     import torch
     from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
     call = call or (lambda fn, a: fn(*a))
     rng = torch.get_rng_state()
     before = _clones(args)
     wants_grads = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-    with torch.no_grad():
-        expected = snap(*_clones(before))
+    try:
+        with torch.no_grad():
+            expected = snap(*_clones(before))
+    except Exception as e:  # the reference cannot run: the call goes on unchecked, and says so
+        torch.set_rng_state(rng)
+        return CallCheck(call(compiled, args), [], [], False, f"eager failed on the graph: {type(e).__name__}: {e}",
+                         forward_checked=False)
     torch.set_rng_state(rng)
     actual = call(compiled, args)
     after = torch.get_rng_state()
@@ -168,12 +176,19 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     if forward:
         torch.set_rng_state(rng)
         forward = compare(expected, _detach(actual), fp64_reference(snap, _clones(before)))
-    backward, checked = [], False
+    backward, checked, note = [], False, None
     if wants_grads and not forward and _differentiable(actual):
         needs = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
-        backward, checked = grad_check(compiled, snap, before, needs, rng, call), True
+        try:
+            backward, checked = grad_check(compiled, snap, before, needs, rng, call), True
+        except EagerFailed as e:
+            note = f"eager autograd failed on the graph: {e}"
     torch.set_rng_state(after)
-    return CallCheck(actual, forward, backward, checked)
+    return CallCheck(actual, forward, backward, checked, note)
+
+
+class EagerFailed(Exception):
+    """The eager reference could not run, so there is nothing to compare with."""
 
 
 def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, call: Callable) -> list:
@@ -187,7 +202,10 @@ def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, ca
     torch.set_rng_state(rng)
     actual, n_actual = _grads(lambda *a: call(compiled, a), inputs, needs_grad, compiled=True)
     torch.set_rng_state(rng)
-    expected, n_expected = _grads(snap, inputs, needs_grad)
+    try:
+        expected, n_expected = _grads(snap, inputs, needs_grad)
+    except Exception as e:
+        raise EagerFailed(f"{type(e).__name__}: {e}") from e
     if n_actual != n_expected:
         return [Mismatch("grad", "", (), float("inf"), None, f"the compiled graph returns {n_actual} "
                          f"differentiable outputs, eager {n_expected}: gradients cannot be compared")]

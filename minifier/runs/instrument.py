@@ -225,9 +225,12 @@ class Session:
 
     def _checked_call(self, compiled, snap, info, call: int, args):
         result = check_call(compiled, snap, args, call=lambda fn, a: call_compiled(fn, a))
-        info["checked"] = True
-        info["checked_calls"] = info.get("checked_calls", 0) + 1
+        if result.forward_checked:
+            info["checked"] = True
+            info["checked_calls"] = info.get("checked_calls", 0) + 1
         info["grads_checked"] = info.get("grads_checked", 0) + int(result.grads_checked)
+        if result.unchecked:
+            info.setdefault("unchecked", []).append({"call": call, "reason": result.unchecked[:300]})
         for part, found in (("forward", result.forward), ("backward", result.backward)):
             if found:
                 error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file))

@@ -89,3 +89,13 @@ def test_hang_after_the_compiled_calls_returned_is_not_blamed_on_a_graph(tdbg_ru
     assert "after graph 0's call 3 returned: outside every compiled graph" in err["message"]
     assert r.json["next_commands"] == [f"tdbg run {script} --backend eager --timeout 40"]
     assert os.path.basename(script) in r.stdout
+
+
+@pytest.mark.slow
+def test_real_inductor_training_step_passes_forward_and_backward(tdbg_runs):
+    """No false alarm on a real backend's reordered float math, gradients included."""
+    r = tdbg_runs(("run", f"{S}/train_mlp.py", "--backend", "torch:inductor", "--check-accuracy"), {})
+    assert r.code == 0, r.output
+    [graph] = r.json["verdict"]["graphs"]
+    assert (graph["checked_calls"], graph["grads_checked"]) == (3, 3)   # the script's three steps
+    assert "not checked" not in r.stdout
