@@ -84,25 +84,42 @@ def lower_mean(g, node, x, dim=None, keepdim=False, *, dtype=None):
 
 
 def _variance(g, node, x, dim, correction, keepdim, out_dtype):
-    """Two passes: the mean, then the sum of squared deviations (both reductions share loops)."""
+    """Two passes over x - x0 (x0: the row's first element): the shifted mean, then the sum of
+    squared deviations (both reductions share loops). The shift keeps rows of huge, close values
+    finite, as eager's Welford does: without it 1e38 * 4 overflows the sum and var is inf, not 0.
+    Returns (var, mean with the reduced dims kept, n)."""
     dims = _norm_dims(dim)
     n = _count(x, dims)
-    total = make_reduction(g, node, x, dims, True, "sum", out_dtype)
-    xl, tl = x.make_loader(), total.make_loader()
+    xl = x.make_loader()
     nd = len(x.size)
     red = set(d % nd for d in dims) if dims and nd else set(range(nd))
 
+    def first(index):
+        return [sympy.Integer(0) if d in red else i for d, i in enumerate(index)]
+
+    def at(ops, index):
+        return ops.to_dtype(xl(ops, index), out_dtype)
+
+    def shifted(ops, index):
+        # an empty row has no first element to load
+        return ops.sub(at(ops, index), at(ops, first(index))) if n else at(ops, index)
+
+    total = make_reduction(g, node, x, dims, True, "sum", out_dtype, load=with_origin(node, shifted))
+    tl = total.make_loader()
+
     def sq_dev(ops, index):
-        mean = ops.div(tl(ops, [sympy.Integer(0) if d in red else i for d, i in enumerate(index)]),
-                       ops.constant(n, out_dtype))
-        dev = ops.sub(ops.to_dtype(xl(ops, index), out_dtype), mean)
+        dev = ops.sub(shifted(ops, index), ops.div(tl(ops, first(index)), ops.constant(n, out_dtype)))
         return ops.mul(dev, dev)
     ss = make_reduction(g, node, x, dims, keepdim, "sum", out_dtype, load=with_origin(node, sq_dev))
     correction = 1 if correction is None else correction
     size = ss.size
     sl = ss.make_loader()
     var = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(sl(ops, i), ops.constant(max(n - correction, 0), out_dtype)))
-    return var, total, n
+
+    def mean(ops, i):
+        avg = ops.div(tl(ops, i), ops.constant(n, out_dtype))
+        return ops.add(at(ops, i), avg) if n else avg
+    return var, g.pointwise(node, total.size, out_dtype, mean), n
 
 
 @register_lowering(aten.var.correction)
@@ -113,10 +130,10 @@ def lower_var(g, node, x, dim=None, *, correction=None, keepdim=False):
 @register_lowering(aten.var_mean.correction)
 def lower_var_mean(g, node, x, dim=None, *, correction=None, keepdim=False):
     out_dtype = node.meta["val"][0].dtype
-    var, total, n = _variance(g, node, x, dim, correction, keepdim, out_dtype)
+    var, kept, n = _variance(g, node, x, dim, correction, keepdim, out_dtype)
     g.realize(var)
     size = var.size
-    tl = total.make_loader() if keepdim else View(total, size, ir.reshape_reindex(total.size, size)).make_loader()
-    mean = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(tl(ops, i), ops.constant(n, out_dtype)))
+    ml = kept.make_loader() if keepdim else View(kept, size, ir.reshape_reindex(kept.size, size)).make_loader()
+    mean = g.pointwise(node, size, out_dtype, lambda ops, i: ml(ops, i))
     g.realize(mean)
     return (var, mean)

@@ -40,3 +40,24 @@ def test_linalg_inv_with_effect_tokens():
     its OpOverload argument as <OpOverload(...)>: a SyntaxError for every linalg.* op."""
     torch.manual_seed(0)
     check_model(torch.linalg.inv, [torch.randn(4, 4) + 4 * torch.eye(4)])
+
+
+def test_variance_of_huge_equal_values_does_not_overflow():
+    """Rows of 1e38: the row sum for the mean overflowed float (4 * 1e38), so var/std/var_mean
+    gave inf where eager's Welford gives 0 (issue 11 item 10). The sums now run over x - x[first]."""
+    torch._dynamo.reset()
+
+    def stats(x):
+        return x.var(1), x.std(1), torch.var_mean(x, 1), torch.var_mean(x, 0, keepdim=True)
+    x = torch.full((3, 8), 1e38)
+    x[1] = -3e38
+    var1, std1, (vm_var, vm_mean), _ = torch.compile(stats, backend="tdbg")(x)
+    assert torch.equal(var1, torch.zeros(3)) and torch.equal(std1, torch.zeros(3))
+    assert torch.equal(vm_var, torch.zeros(3)) and torch.equal(vm_mean, torch.tensor([1e38, -3e38, 1e38]))
+    *_, (vk_var, vk_mean) = torch.compile(stats, backend="tdbg")(x.t().contiguous())   # columns
+    assert torch.equal(vk_var, torch.zeros(1, 3)) and torch.equal(vk_mean, torch.tensor([[1e38, -3e38, 1e38]]))
+    y = torch.randn(33, 17) * 5 + 1000   # ordinary data: still within a few ulps of float64
+    for got, ref in zip(torch.utils._pytree.tree_leaves(torch.compile(stats, backend="tdbg")(y)),
+                        torch.utils._pytree.tree_leaves(stats(y.double()))):
+        torch.testing.assert_close(got, ref.float(), rtol=1e-5, atol=1e-4)
+    torch._dynamo.reset()
