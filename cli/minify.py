@@ -52,10 +52,15 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     from tdbg.minifier.runs.backends import BackendError, check_name
     from tdbg.minifier.runs.runner import check_script
     out_dir = out_dir or new_run_dir()
-    common.check_output_dir(out_dir, "--out")
     common.check_output_file(json_path, "--json")
     dump_mode = os.path.isdir(target) or is_dump_file(target)
     doc = _Document(json_path, {"target": target, "mode": "dump" if dump_mode else "script", "out_dir": out_dir})
+    try:
+        common.check_output_dir(out_dir, "--out")
+    except SystemExit as e:   # the reason is printed; the document records the verdict too
+        doc.write(e.code, status="error", error=f"--out {out_dir} cannot be used: it must be a new or empty, "
+                                                  "writable folder")
+        raise
     if not dump_mode:
         problem = check_script(target)
         if problem:

@@ -78,7 +78,7 @@ def test_foo2_accuracy_after_aot_level_4_minifies_to_neg(tmp_path):
     run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "moved", capture_output=True, text=True,
                          env={k: v for k, v in os.environ.items() if k != "TDBG_INJECT_BUG"})
     assert run.returncode == exit_code("accuracy"), run.stdout + run.stderr
-    assert run.stdout.startswith("accuracy mismatch in out[0]")
+    assert run.stdout.startswith("Reproduced: accuracy mismatch in out[0]")
     assert sorted(os.listdir(tmp_path)) == ["m.json", "moved"]  # nothing else in the cwd
 
 
@@ -116,6 +116,9 @@ def test_a_compiler_segfault_is_minified_not_fatal(tmp_path):
     assert (doc["signature"]["kind"], doc["signature"]["signal"]) == ("crash", 11)
     assert "aten.neg.default(" in doc["minimized"]["code"] and doc["minimized"]["code"].count("torch.ops.aten.") == 1
     assert doc["workers_replaced"] == 0
+    run = subprocess.run([sys.executable, str(tmp_path / "out" / "repro.py")], capture_output=True, text=True)
+    assert run.returncode == exit_code("crash"), run.stdout + run.stderr
+    assert run.stdout.splitlines()[0] == "Reproduced: crash (SIGSEGV)"
 
 
 @pytest.mark.slow
@@ -125,3 +128,41 @@ def test_launcher_runs_the_minifier(tmp_path):
                           cwd=tmp_path / "dump", capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     assert "Minified 43 -> 6 nodes" in proc.stdout
+
+
+def test_an_unusable_out_is_refused_before_any_work_and_the_json_says_so(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--out", str(tmp_path / "file" / "sub"),
+                "--json", str(tmp_path / "m.json"))
+    assert proc.returncode == exit_code("usage"), proc.stderr
+    assert "--out" in proc.stderr and "Running" not in proc.stderr
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert (doc["status"], doc["exit_code"]) == ("error", exit_code("usage"))
+
+
+def test_a_script_failing_outside_compiled_graphs_keeps_its_own_code_and_leaves_no_folder(tmp_path):
+    script = os.path.join(ROOT, "tests", "cli", "scripts", "exits_seven.py")
+    proc = tdbg("minify", script, "--backend", "eager", "--after", "dynamo", "--out", str(tmp_path / "out"),
+                "--json", str(tmp_path / "m.json"))
+    assert proc.returncode == 7, proc.stderr
+    assert "outside any compiled graph" in proc.stderr
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert (doc["status"], doc["exit_code"], doc["capture"]["stage"]) == ("error", 7, "script")
+    assert sorted(os.listdir(tmp_path)) == ["m.json"]   # neither out/ nor a partial work folder
+
+
+def test_an_interrupted_minify_leaves_only_a_hidden_work_folder_and_a_rerun_works(tmp_path):
+    chain_dump(tmp_path / "dump")
+    proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "minify", str(tmp_path / "dump"),
+                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    for line in proc.stderr:          # interrupt once the minifier has started querying
+        if "Started off with" in line:
+            break
+    proc.send_signal(subprocess.signal.SIGKILL)
+    proc.communicate()
+    assert not os.path.exists(tmp_path / "out")
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".out.partial-")]
+    again = tdbg("minify", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), "--max-queries", "3")
+    assert again.returncode == 0, again.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["inputs", "minifier_launcher.py", "minify.jsonl", "repro.py"]

@@ -1,0 +1,54 @@
+"""Saved backends import: a user backend is saved by copying its module beside repro.py, so its
+module-level helpers come along, a `module:function` backend works, and repro.py runs from any
+folder (with tdbg unimportable: a user backend needs only torch)."""
+import json
+import os
+import subprocess
+import sys
+
+from test_repro_exit_codes import run_repro
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "tests", "scenarios", "scripts")
+
+
+def tdbg(args, tmp_path, env=None, timeout=900, cwd=ROOT):
+    """The real CLI (from the repository root); the --json document (always written) and the process."""
+    path = str(tmp_path / "doc.json")
+    proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *args, "--json", path], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith(("TDBG_", "TORCHDYNAMO_"))
+                                  or k == "TDBG_CACHE_DIR"}, **(env or {})})
+    with open(path) as f:
+        return proc, json.load(f)
+
+
+def test_a_file_backend_with_module_helpers_reproduces_from_another_folder(tmp_path):
+    """wrong_below_minus_one calls _copied and _swap_relu (and _bad_relu at run time)."""
+    out = tmp_path / "repro"
+    proc, doc = tdbg(["run", os.path.join(SCRIPTS, "relu_below_minus_one.py"), "--repro-after", "dynamo",
+                      "--repro-level", "4",
+                      "--backend", os.path.join(SCRIPTS, "user_backends.py") + ":wrong_below_minus_one",
+                      "--out", str(out)], tmp_path)
+    assert proc.returncode == 16, proc.stdout + proc.stderr
+    assert sorted(os.listdir(out)) == ["inputs", "minifier_launcher.py", "repro.py", "user_backends.py"]
+    text = (out / "repro.py").read_text()
+    assert "'module': 'user_backends'" in text and "'files': ['user_backends.py']" in text
+    assert "def _swap_relu" not in text   # the module is imported, not pasted
+    run = run_repro(str(out), tmp_path)
+    assert run.returncode == 16, run.stdout + run.stderr
+    assert run.stdout.startswith("Reproduced: accuracy mismatch in out[0]")
+
+
+def test_a_module_function_backend_minifies_and_its_repro_runs_without_the_module_path(tmp_path):
+    out = tmp_path / "min"
+    proc, doc = tdbg(["minify", os.path.join(SCRIPTS, "uses_sin.py"), "--after", "dynamo",
+                      "--backend", "mybackends:crashy", "--out", str(out)], tmp_path, env={"PYTHONPATH": SCRIPTS})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (doc["status"], doc["exit_code"], doc["minimized"]["nodes"]) == ("minified", 0, 3)
+    assert "torch.sin(" in doc["minimized"]["code"]
+    assert sorted(os.listdir(out)) == ["inputs", "minifier_launcher.py", "minify.jsonl", "mybackends", "repro.py"]
+    assert os.listdir(out / "mybackends") == ["__init__.py"]
+    run = run_repro(str(out), tmp_path)   # no PYTHONPATH: the copy beside repro.py is imported
+    assert run.returncode == 19, run.stdout + run.stderr
+    assert run.stdout.splitlines()[0] == "Reproduced: compile error: RuntimeError: mybackends cannot compile sin"
