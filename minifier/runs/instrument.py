@@ -206,12 +206,13 @@ class Session:
         index, counter = info["index"], CallCounter(self.policy)
 
         def run(*args):
-            call, check = counter.next_call(args)
+            # input signatures are only worth computing when calls are checked
+            call, check = counter.next_call(args) if snap is not None else (counter.count(), False)
             try:
                 if call == 1:
                     self.event("first_call", graph=index)
                 self.status("running", index, call)
-                if check and snap is not None:
+                if check:
                     actual = self._checked_call(compiled, snap, info, call, args)
                 else:
                     actual = call_compiled(compiled, args)
