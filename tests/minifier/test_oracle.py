@@ -131,3 +131,32 @@ def test_a_graph_that_does_not_fail_is_reported_not_minified(pool, tmp_path):
     case, store = make_case(lambda x: torch.sin(x), torch.ones(3))
     report = minify_dump(Dump(case, store, spec(RAISES, "picky")), str(tmp_path / "out"), pool=pool)
     assert report.status == "no_failure" and report.first.kind == "pass"
+
+
+def test_a_backend_that_does_not_import_is_cannot_run_never_minified(pool, tmp_path):
+    """Before: the ModuleNotFoundError became the signature and was 'minimized' (exit 0)."""
+    from tdbg.minifier.artifacts.repro import Dump
+    from tdbg.minifier.reduce.session import minify_dump
+    case, store = make_case(two_outputs, torch.ones(3))
+    gone = {"after": "dynamo", "config": {}, "backend": {"kind": "import", "module": "no_such_backend_module",
+                                                          "attr": "f", "files": [], "root": str(tmp_path)}}
+    report = minify_dump(Dump(case, store, gone), str(tmp_path / "out"), pool=pool)
+    assert (report.status, report.first.kind) == ("cannot_run", "cannot_run")
+    assert "the backend module 'no_such_backend_module' does not import" in report.first.message
+
+
+def test_after_aot_queries_compile_with_the_recorded_aot_autograd_compiler(tmp_path):
+    """An aot_autograd backend's backward graph is compiled by its bw_compiler, not tdbg's."""
+    (tmp_path / "aotbk.py").write_text(
+        "from torch._dynamo.backends.common import aot_autograd\n"
+        "def fw(gm, inputs):\n    return gm\n"
+        "def bw(gm, inputs):\n    raise RuntimeError('bw_compiler was used')\n"
+        "backend = aot_autograd(fw_compiler=fw, bw_compiler=bw)\n")
+    case, store = make_case(two_outputs, torch.ones(3))
+    spec_ = {"after": "aot", "config": {}, "aot": {"family": "aot_autograd", "graph": "backward"},
+             "backend": {"kind": "import", "module": "aotbk", "attr": "backend", "files": ["aotbk.py"],
+                         "root": str(tmp_path)}}
+    out = evaluate(case.gm, store.values(case.inputs), spec_)
+    assert (out.kind, out.exc_type, out.message) == ("compile_error", "RuntimeError", "bw_compiler was used")
+    out = evaluate(case.gm, store.values(case.inputs), dict(spec_, aot={"family": "aot_autograd", "graph": "forward"}))
+    assert out.kind == "pass"
