@@ -290,16 +290,19 @@ class ReductionCodegen:
         partial = [c for c in self.columns if c.partial]
         block = [*self.column_loop(partial, "{p}[c] = 0;"), *LoopNest(_blocked(Loop("x0", rows_n), COLUMN_BLOCK)).render(rows.lines),
                  *self.column_loop(partial, "{t}[c] = {t}[c] + {p}[c];")]
-        outer = Loop("x0b", rows_n, pragma="#pragma omp for schedule(static)", step=COLUMN_BLOCK) if rows_n > COLUMN_BLOCK \
-            else Loop("x0b", 1, pragma="#pragma omp for schedule(static)")
+        # one thread (config.parallel off, or little work): a plain block, no OpenMP at all
+        omp_for = "#pragma omp for schedule(static)" if threads > 1 else ""
+        outer = Loop("x0b", rows_n, pragma=omp_for, step=COLUMN_BLOCK) if rows_n > COLUMN_BLOCK \
+            else Loop("x0b", 1, pragma=omp_for)
         region += LoopNest([outer]).render(block)
         self.stored = {}
         with self.loop_body() as (cols, _):
             for n in group.nodes:
                 if n.name in part.names:
                     self.column_result(n, ops, threads) if n.is_reduction else self.pointwise(n, ops)
-        region += LoopNest([Loop("x0", cols_n, pragma="#pragma omp for schedule(static)")]).render(cols.lines)
-        return pre + [f"#pragma omp parallel num_threads({threads})", "{"] + ["    " + l for l in region] + ["}"]
+        region += LoopNest([Loop("x0", cols_n, pragma=omp_for)]).render(cols.lines)
+        parallel = [f"#pragma omp parallel num_threads({threads})"] if threads > 1 else []
+        return pre + parallel + ["{"] + ["    " + l for l in region] + ["}"]
 
     def row_column_threads(self, work):
         if not self.config.parallel or work < self.config.min_chunk_size:

@@ -229,6 +229,17 @@ def test_vectorization_off_removes_every_simd_pragma(cfg):
     assert any(f"loop not vectorized" in m and reason in m for m in messages), messages
 
 
+def test_vectorization_off_keeps_parallel_loops_and_parallel_off_removes_them():
+    """What README promises: TDBG_VECTORIZE=0 leaves `omp parallel for` (a `parallel for simd`
+    loses its simd), TDBG_PARALLEL=0 as well leaves no pragma at all."""
+    x = torch.randn(64, 100)
+    fn = lambda x: (torch.softmax(x, -1), x.sum(0), x * 2)  # noqa: E731
+    scalar = [h for h in loop_heads(source(compile_fn(fn, x, vectorize=False))) if h.startswith("#pragma")]
+    assert any("omp parallel" in h for h in scalar) and not any("simd" in h for h in scalar), scalar
+    assert [h for h in loop_heads(source(compile_fn(fn, x, vectorize=False, parallel=False)))
+            if h.startswith("#pragma")] == []
+
+
 def test_division_by_a_row_value_is_one_reciprocal_and_a_multiply_per_element():
     x = torch.randn(16, 300)
     src = source(compile_fn(lambda x: (torch.softmax(x, -1), x / x.abs().amax(1, keepdim=True),
