@@ -152,6 +152,8 @@ def _render_torch_culprit(c, culprit: dict) -> None:
     for key in ("applied", "target"):
         if culprit.get(key):
             c.print(f"  {key}: {escape(str(culprit[key]))}")
+    if culprit.get("kernels"):
+        c.print(f"  kernel: {escape(', '.join(culprit['kernels']))}")
 
 
 def _render_error(c, result: dict) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -466,14 +467,23 @@ def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str)
         return {**base, "note": f"{subsystem} #0..{hi - 1} passed once and failed once: the failure is flaky"}
     out = probes[hi][1] or {}
     applied = out.get("debug")
+    target = (out.get("nodes") or {}).get(applied)
     return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
-            "target": (out.get("nodes") or {}).get(applied)}
+            "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])}
+
+
+def _kernels_of(target: Optional[str], kernels: list) -> list:
+    """The failing probe's kernels Inductor named after the culprit's op (aten.amin.default ->
+    cpp_fused_amin_0): Inductor names a kernel by the ops fused into it."""
+    op = str(target or "").split(".")[1] if str(target or "").count(".") >= 1 else None
+    return [k for k in kernels if op and op in k.split("_")]
 
 
 def _application_words(culprit: dict) -> str:
     words = _APPLICATION_WORDS.get(culprit["subsystem"], culprit["subsystem"] + " {0}")
     text = words.format(culprit.get("applied") or "(not recorded by the bisector)")
-    return text + (f" ({culprit['target']})" if culprit.get("target") else "")
+    text += f" ({culprit['target']})" if culprit.get("target") else ""
+    return text + (f", kernel {', '.join(culprit['kernels'])}" if culprit.get("kernels") else "")
 
 
 def _torch_reproduce(prober: _Prober, layer: str, culprit: dict, stage: str) -> dict:
@@ -549,10 +559,12 @@ def _setup_probe(spec: dict) -> dict:
     bisector.update_run_state(backend, subsystem, state)
     if state == "bisect":
         bisector.update_bisect_range(backend, name, spec["at"], spec["at"])
+    # A cached graph would skip the subsystem altogether (the bisector also bypasses the FX cache).
+    inductor_config.force_disable_caches = True
     if backend == "inductor":   # torch.compile's Inductor wrapper applies these; compile_fx does not
         for key, value in (bisector.get_config_change("inductor") or {}).items():
             setattr(inductor_config, key, value)
-    return {"spec": spec, "module": compiler_bisector, "nodes": {}}
+    return {"spec": spec, "module": compiler_bisector, "nodes": {}, "kernels": []}
 
 
 def _recording_inner(gm, *args, **kwargs):
@@ -560,9 +572,13 @@ def _recording_inner(gm, *args, **kwargs):
     for node in gm.graph.nodes:
         if node.op == "call_function":
             _PROBE["nodes"].setdefault(node.name, str(node.target))
+    compiled = None
     try:
-        return compile_fx_inner(gm, *args, **kwargs)
+        compiled = compile_fx_inner(gm, *args, **kwargs)
+        return compiled
     finally:
+        source = getattr(compiled, "source_code", None) or ""
+        _PROBE["kernels"] += re.findall(r"^(\w+) = async_compile\.", source, re.M)
         _write_probe()
 
 
@@ -571,7 +587,8 @@ def _write_probe() -> None:
     at = spec.get("at")
     debug = None if at is None else module.CompilerBisector.get_call_counter_debug_info(
         spec["backend"], spec["subsystem"], at)
-    doc = {"count": module.subsystem_call_counter[spec["subsystem"]], "debug": debug, "nodes": _PROBE["nodes"]}
+    doc = {"count": module.subsystem_call_counter[spec["subsystem"]], "debug": debug, "nodes": _PROBE["nodes"],
+           "kernels": _PROBE["kernels"]}
     tmp = spec["out"] + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f)

@@ -240,4 +240,5 @@ def test_probe_backend_drives_torchs_bisector_in_a_real_child(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert (doc["count"], doc["debug"]) == (2, "neg")
+    assert doc["kernels"] == ["cpp_fused_neg_0"]     # amin ran by aten: no kernel of its own
     assert {doc["nodes"]["neg"], doc["nodes"]["amin"]} == {"aten.neg.default", "aten.amin.default"}

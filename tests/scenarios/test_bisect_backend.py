@@ -68,6 +68,7 @@ def test_real_inductor_amin_bug_reaches_the_amin_lowering():
     # first (#0, node amin), amin(neg(x)) last (#2 of 3, node amin_1)
     assert (culprit["subsystem"], culprit["of"], culprit["target"]) == ("lowerings", 3, "aten.amin.default")
     assert (culprit["index"], culprit["applied"]) in ((0, "amin"), (2, "amin_1"))
+    assert culprit["kernels"] and all("amin" in k.split("_") for k in culprit["kernels"])
     assert doc["reproduce"]["env"]["TORCH_BISECT_SUBSYSTEM"] == "lowerings"
     assert doc["reproduce"]["env"]["TORCH_BISECT_MAX"] == str(culprit["index"])
     assert doc["reproduce"]["checked"] == "fails the same way"
