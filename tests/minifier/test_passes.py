@@ -4,7 +4,7 @@ import torch
 
 from tdbg.minifier.reduce.engine import State
 from tdbg.minifier.reduce.passes import PASSES, BY_NAME
-from mincases import chain, make_case, targets  # noqa: F401  (chain is a fixture)
+from mincases import OPS, chain, make_case, targets  # noqa: F401  (chain is a fixture)
 
 
 def run_pass(name, case, store, predicate):
@@ -137,3 +137,16 @@ def test_shrink_shapes_keeps_integer_values():
     state = run_pass("shrink_shapes", case, store, has(torch.neg))
     assert state.current.inputs[0].shape == (1, 1)
     assert store.value(state.current.inputs[0]).tolist() == [[5]]
+
+
+def test_truncate_suffix_skips_cuts_below_a_prefix_that_passed():
+    # the culprit is the last of 40 ops: each granularity tries only cuts past the longest
+    # prefix that already passed (32, 36, 38, 39), not all 39 cut points
+    def fn(x):
+        for i in range(39):
+            x = OPS[i % 5](x)
+        return torch.neg(x)
+    case, store = make_case(fn, torch.randn(2))
+    state = run_pass("truncate_suffix", case, store, has(torch.neg))
+    assert state.current is case
+    assert (state.stats.queries, state.stats.cache_hits) == (4, 0)
