@@ -548,7 +548,9 @@ def _setup_probe(spec: dict) -> dict:
     from torch._inductor import compiler_bisector
     bisector = compiler_bisector.CompilerBisector
     # Own state directory and explicit switches: the module may have been imported (and its
-    # environment lookups cached) before this child's environment was set.
+    # environment lookups cached) before this child's environment was set. bisection_enabled
+    # also makes Inductor bypass its FX-graph and AOTAutograd caches, so every probe lowers
+    # afresh (a cached graph would skip the subsystem) while compiled kernels stay cached.
     bisector.in_process_cache = tempfile.mkdtemp(prefix="state-", dir=os.path.dirname(spec["out"]))
     bisector.bisection_enabled = True
     compiler_bisector.get_env_val.cache_clear()
@@ -559,8 +561,6 @@ def _setup_probe(spec: dict) -> dict:
     bisector.update_run_state(backend, subsystem, state)
     if state == "bisect":
         bisector.update_bisect_range(backend, name, spec["at"], spec["at"])
-    # A cached graph would skip the subsystem altogether (the bisector also bypasses the FX cache).
-    inductor_config.force_disable_caches = True
     if backend == "inductor":   # torch.compile's Inductor wrapper applies these; compile_fx does not
         for key, value in (bisector.get_config_change("inductor") or {}).items():
             setattr(inductor_config, key, value)
