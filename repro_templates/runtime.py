@@ -285,11 +285,13 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
         except Exception as e:
             return exception_outcome("runtime_error", e)
     if spec.get("check_accuracy"):
-        found = _mismatches(gm, inputs, expected, actual, spec, accuracy)
+        found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy)]
+        if not found and spec.get("check_grads"):
+            with _config_scope(spec):
+                found = _grad_mismatches(gm, inputs, compiled, spec, accuracy)
         if found:
-            return outcome("accuracy", message="\n".join(f"{m.output}: {m.message}" for m in found),
-                           stage="accuracy", outputs=[m.output for m in found],
-                           mismatches=[m.to_dict() for m in found])
+            return outcome("accuracy", message="\n".join(f"{m['output']}: {m['message']}" for m in found),
+                           stage="accuracy", outputs=[m["output"] for m in found], mismatches=found)
     return outcome("pass")
 
 
@@ -307,6 +309,52 @@ def _mismatches(gm, inputs, expected, actual, spec, accuracy):
     if not accuracy.compare(expected, actual, **opts):
         return []
     return accuracy.compare(expected, actual, accuracy.fp64_reference(gm, fresh(inputs)), **opts)
+
+
+def _grad_mismatches(gm, inputs, compiled, spec, accuracy):
+    """Gradients w.r.t. the inputs that require grad, of fixed random grad_outputs (seed 0),
+    compiled vs eager autograd (float64 reference), each named `grad of NAME` (as tdbg run's
+    level-4 check names them): a backend whose backward is wrong fails here, not in forward."""
+    needs = [isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point() for x in inputs]
+    if not any(needs):
+        return []
+    actual = _grads(compiled, inputs, needs)
+    expected = _grads(gm, inputs, needs)
+    if actual is None or expected is None:
+        return []
+    opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp"))}
+    found = accuracy.compare(expected, actual, **opts)
+    if found:
+        found = accuracy.compare(expected, actual, _grads(gm, inputs, needs, torch.float64), **opts)
+    names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    wanted = [f"grad of {name}" for name, need in zip(names, needs) if need]
+    return [dict(m.to_dict(), output=wanted[int(m.output[4:-1])] if m.output.startswith("out[") else m.output)
+            for m in found]
+
+
+def _grads(fn, inputs, needs, dtype=None):
+    """Gradients of sum(out * g) for fixed random g; None when no output is differentiable."""
+    import copy
+    if dtype is not None:
+        fn = copy.deepcopy(fn).to(dtype)
+    leaves = []
+    for x, need in zip(fresh(inputs), needs):
+        if isinstance(x, torch.Tensor):
+            x = x.detach()
+            x = x.to(dtype) if dtype is not None and x.is_floating_point() else x
+            x.requires_grad_(need)
+        leaves.append(x)
+    with torch.enable_grad():
+        outs = fn(*leaves)
+        outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not outs:
+            return None
+        generator = torch.Generator().manual_seed(0)
+        cotangents = [torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.dtype) for o in outs]
+        wrt = [leaf for leaf, need in zip(leaves, needs) if need]
+        grads = torch.autograd.grad(outs, wrt, cotangents, allow_unused=True)
+    return [g if g is not None else torch.zeros_like(w) for g, w in zip(grads, wrt)]
 
 
 def matches(signature, result):

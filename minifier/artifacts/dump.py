@@ -113,6 +113,8 @@ class _Dumper:
         from tdbg.minifier.reduce.oracle import backend_spec, config_fields
         spec = {"after": self.after, "config": config_fields(self.config),
                 "check_accuracy": self.level == 4, "tolerance": None, "ignore_non_fp": False,
+                # level 4 checks gradients too when the dynamo graph builds an autograd graph
+                "check_grads": self.level == 4 and self.after == "dynamo",
                 "backend": backend_spec(self.backend, getattr(self.backend, "name", None))}
         if self.after == "aot":
             spec["aot"] = {"family": self.family, "graph": self.graphs.get(id(snap), "forward")}
@@ -127,7 +129,7 @@ class _Dumper:
         from tdbg.minifier.artifacts.graph_io import TensorStore, from_graph_module
         from tdbg.minifier.reduce.oracle import Signature
         store = TensorStore()
-        case = from_graph_module(snap, _realize(inputs), store)
+        case = from_graph_module(snap, _grad_flags(snap, _realize(inputs)), store)
         expected = Signature.of(outcome).to_dict() if outcome is not None else None
         where = "before compiling" if outcome is None else outcome.summary()
         spec = self.spec(snap)
@@ -174,6 +176,20 @@ def _match_real(fakes, reals) -> list:
     return list(reals) if same else list(fakes)
 
 
+def _grad_flags(snap, inputs) -> list:
+    """The inputs with requires_grad as the graph saw them (Dynamo's placeholders record it):
+    copies made for checking lose the flag, and the repro's gradient check needs it."""
+    import torch
+    metas = [n.meta.get("example_value", n.meta.get("val")) for n in snap.graph.nodes if n.op == "placeholder"]
+    out = []
+    for x, meta in zip(inputs, metas + [None] * (len(inputs) - len(metas))):
+        wants = isinstance(meta, torch.Tensor) and meta.requires_grad
+        if wants and isinstance(x, torch.Tensor) and x.is_floating_point() and not x.requires_grad:
+            x = x.detach().requires_grad_(True)
+        out.append(x)
+    return out
+
+
 def _realize(inputs) -> list:
     """Real tensors for the inputs: fake tensors (AOT compile time) become random ones of the
     same shape, stride and dtype; symbolic sizes become their hints."""
@@ -216,19 +232,30 @@ class _Checked:
         self._counter = CallCounter(CallPolicy.every(getattr(dumper, "check_calls", None)))
 
     def __getattr__(self, name):
+        # Plain attributes only (`_boxed_call`...): forwarding `__self__`/`__name__` of a lazy
+        # GraphModule's forward makes Dynamo swap in that forward and drop this wrapper.
+        if name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self._compiled, name)
 
     def __call__(self, *args):
         from tdbg.minifier.diagnose.checks import check_call
-        call, check = self._counter.next_call(args)
+        # AOT calls a compiled graph that has `_boxed_call` with one list of inputs
+        boxed = len(args) == 1 and isinstance(args[0], list) and getattr(self._compiled, "_boxed_call", False)
+        flat = list(args[0]) if boxed else list(args)
+        call, check = self._counter.next_call(flat)
         d = self._dumper
         if call == 1 and d.level == 3:
-            d._dump(self._snap, args, (LAUNCHER,), None, self._tag)
-        inputs = _clones(args) if check and d.level == 4 else args   # what the graph was given
-        try:
-            if not (check and d.level == 4):
+            d._dump(self._snap, flat, (LAUNCHER,), None, self._tag)
+        if not (check and d.level == 4):
+            try:
                 return self._compiled(*args)
-            result = check_call(self._compiled, self._snap, args)
+            except Exception as e:
+                raise d._failed(e, "runtime_error", self._snap, flat)
+        inputs = _clones(flat)   # what the graph was given (it may mutate its inputs)
+        try:
+            result = check_call(self._compiled, self._snap, flat,
+                                call=(lambda fn, a: fn(list(a))) if boxed else (lambda fn, a: fn(*a)))
         except Exception as e:
             raise d._failed(e, "runtime_error", self._snap, inputs)
         for part, found in (("backward" if _is_backward(self._snap) else "forward", result.forward),

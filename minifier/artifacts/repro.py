@@ -61,7 +61,7 @@ def render(name: str, dump: Dump) -> str:
         "config": _literal(spec.get("config", {})), "needs": _needs(spec),
         "accuracy_source": _source("tdbg.minifier.diagnose", "accuracy.py"),
         "runtime_source": _source("tdbg.repro_templates", "runtime.py"),
-        "check": _literal({k: spec.get(k) for k in ("check_accuracy", "tolerance", "ignore_non_fp")}),
+        "check": _literal({k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}),
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
     }

@@ -136,3 +136,21 @@ def test_after_aot_checks_the_backward_graph_an_aot_autograd_backend_compiles(tm
     assert dump.spec["backend"] == {"kind": "import", "module": "user_backends", "attr": "wrong_backward",
                                     "files": ["user_backends.py"], "root": str(tmp_path)}
     assert sorted(os.listdir(tmp_path)) == ["inputs", "minifier_launcher.py", "repro.py", "user_backends.py"]
+
+
+def test_a_backward_only_bug_after_dynamo_is_dumped_with_grad_flags_and_reproduces(tmp_path):
+    """wrong_backward after dynamo: the forward is right, so the dump must keep which inputs
+    require grad and the repro/minifier must compare gradients (before: 'passed')."""
+    from tdbg.minifier.reduce.oracle import evaluate
+    backend = resolve(os.path.join(SCRIPTS, "user_backends.py") + ":wrong_backward")
+    wrapped = wrap_backend(backend, after="dynamo", level=4, out_dir=str(tmp_path), config=Config())
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    with pytest.raises(AccuracyError):
+        torch.compile(torch.nn.Linear(4, 2), backend=wrapped)(torch.randn(3, 4))
+    dump = load(str(tmp_path))
+    assert sorted((s.name, s.requires_grad) for s in dump.case.inputs) == [
+        ("l_args_0_", False), ("l_fn_parameters_bias_", True), ("l_fn_parameters_weight_", True)]
+    assert dump.spec["check_grads"] is True
+    out = evaluate(dump.case.gm, dump.store.values(dump.case.inputs), dump.spec)
+    assert out.kind == "accuracy" and out.outputs[0].startswith("grad of ")
