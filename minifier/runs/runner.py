@@ -286,7 +286,7 @@ def _child(spec: dict) -> dict:
             from tdbg.minifier.artifacts.dump import wrap_backend
             from tdbg.minifier.artifacts.repro import new_run_dir
             repro = dict(repro, out_dir=repro.get("out_dir") or new_run_dir())
-            backend_fn = wrap_backend(backend_fn, config=cfg, **repro)
+            backend_fn = wrap_backend(backend, config=cfg, **repro)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],
