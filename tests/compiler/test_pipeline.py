@@ -220,3 +220,14 @@ def test_symbolic_shapes_and_scalar_inputs_compile_per_concrete_signature():
         x = torch.randn(n, 3)
         torch.testing.assert_close(compiled(x, 2.5), fn(x, 2.5))
     torch._dynamo.reset()
+
+
+def test_numpy_is_a_runtime_dependency_and_torch_finds_it():
+    """Without numpy torch prints "Failed to initialize NumPy" on every run (issue 11 item 3)."""
+    import importlib.metadata
+    import subprocess
+    import sys
+    assert "numpy" in [r.split(";")[0].strip() for r in importlib.metadata.requires("tdbg")]
+    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.zeros(2).numpy().sum())"],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, "NumPy" in proc.stderr) == (0, "0.0\n", False), proc.stderr
