@@ -173,3 +173,51 @@ def test_a_reference_that_cannot_run_leaves_the_call_unchecked_and_says_so():
     assert (result.forward, result.forward_checked) == ([], False)
     assert result.unchecked == "eager failed on the graph: RuntimeError: no eager kernel"
     assert torch.equal(result.actual, torch.full((2,), 2.0))
+
+
+def test_level_4_dumper_checks_gradients(tmp_path):
+    """The level-4 wrapper (artifacts/dump.py `_Checked`) uses the same checks: a backend whose
+    backward doubles a gradient is caught after dynamo, named as the backward and by input."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from tdbg.compiler.config import Config
+    from tdbg.minifier.artifacts.dump import AccuracyError, wrap_backend
+
+    def doubled_last(gm, example_inputs):
+        def run(*args):
+            outs = list(gm(*args))
+            outs[-1] = outs[-1] * 2       # the gradient of w (x needs none)
+            return outs
+        return make_boxed_func(run)
+    backend = aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm.forward), bw_compiler=doubled_last)
+    wrapped = wrap_backend(backend, after="dynamo", level=4, out_dir=str(tmp_path), config=Config())
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w: (torch.sin(x) * w).sum(), backend=wrapped)
+    with pytest.raises(AccuracyError) as info:
+        f(torch.randn(6), torch.randn(6, requires_grad=True))
+    evidence = info.value.evidence()
+    assert (evidence["call"], evidence["part"]) == (1, "backward")
+    assert [m["output"] for m in evidence["mismatches"]] == ["grad of w"]
+    assert info.value.tdbg_repro_dir == str(tmp_path)
+
+
+def test_level_4_dumper_checks_a_later_call_on_the_untouched_graph(tmp_path):
+    from tdbg.compiler.config import Config
+    from tdbg.minifier.artifacts.dump import AccuracyError, wrap_backend
+
+    def edits_in_place(gm, example_inputs):   # relu -> wrong below -1, in Dynamo's own graph
+        for node in gm.graph.nodes:
+            if node.target is torch.relu:
+                node.target = torch.abs
+        gm.recompile()
+        return gm.forward
+    wrapped = wrap_backend(edits_in_place, after="dynamo", level=4, out_dir=str(tmp_path), config=Config())
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.relu(x) * 2, backend=wrapped)
+    for scale in (0.0, 0.0):
+        f(torch.full((4,), scale))
+    with pytest.raises(AccuracyError) as info:
+        f(torch.full((4,), -2.0))
+    evidence = info.value.evidence()
+    assert (evidence["call"], evidence["part"], evidence["mismatches"][0]["max_abs_error"]) == (3, "forward", 4.0)
