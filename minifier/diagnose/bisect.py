@@ -19,6 +19,9 @@
      layer's subsystems (TORCH_SUBSYSTEMS rows) inside warm forked probes (see `torch_probe`):
      each switched off in turn, then the counted ones that fix the failure bisected to the one
      application (e.g. the lowering of one FX node) whose enabling makes the program fail.
+     Any other first failing layer (Dynamo, AOTAutograd, a user backend) ends the bisect with a
+     verdict naming it and the chain's backends that never ran; a backend that cannot be run
+     at all (bad input) ends it with level "unreachable".
 
 Children fork from warm servers (runner.zygote_pool, see forkserver.py), so a probe does not
 pay for importing torch. Library code: no printing. `on_step(dict)` is called after each child
