@@ -117,7 +117,10 @@ def _guard_summary(guards) -> dict:
 
 
 class Session:
-    """Redirects compilation to `backend_fn` (None: run uncompiled) and records graphs."""
+    """Redirects compilation to `backend_fn` (None: run uncompiled) and records graphs.
+
+    `check_accuracy` checks the calls `CallPolicy.every(check_calls)` picks. `status_path` turns
+    on the status file and the backward hooks that put failures in a backward on their graph."""
 
     def __init__(self, backend_fn: Optional[Callable], *, backend_kind: str = "", fullgraph: bool = False,
                  function: Optional[str] = None, check_accuracy: bool = False,
@@ -220,7 +223,8 @@ class Session:
                 self.tag(e, runtime_stage(e), index, getattr(e, "tdbg_during", "run"), call)
                 raise
             self.status("returned", index, call)
-            self._watch_backward(actual, index, call)
+            if self._status_fd is not None:   # only runs that report where they died pay for this
+                self._watch_backward(actual, index, call)
             return actual
         return run
 
