@@ -119,7 +119,7 @@ def _run(target, args, after, level, backend, work, check_str, tolerance, ignore
         if dump_mode:
             dump = _load(target, doc)
         else:
-            dump, doc.payload["capture"] = _capture(target, args, after, level, backend, work, timeout, doc)
+            dump, doc.payload["capture"] = _capture(target, args, after, level, backend, work, timeout, doc, pool)
         for key, value in (("tolerance", tolerance), ("ignore_non_fp", ignore_non_fp or None)):
             if value is not None:
                 dump.spec[key] = value
@@ -143,8 +143,9 @@ def _load(target: str, doc: _Document):
         doc.fail(f"cannot read the repro in {target}: {type(e).__name__}: {e}", "bad_input")
 
 
-def _capture(script, args, after, level, backend, out_dir, timeout, doc):
-    """Run the script under the dumper; the Dump of the failing graph (or exit with the verdict)."""
+def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
+    """Run the script under the dumper (forked from the query pool's warm server, so torch is
+    imported once); the Dump of the failing graph (or exit with the verdict)."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     cfg = common.base_config()
     verdict = None
@@ -153,7 +154,7 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc):
                              repro={"after": after, "level": lvl, "out_dir": os.path.abspath(out_dir)},
                              timeout=timeout * 10, capture=True)
         with err().status(f"Running {script} with --after {after} --level {lvl} to capture the failing graph"):
-            verdict = run_script(request)
+            verdict = run_script(request, pool=pool.servers)
         dump = _captured(out_dir, verdict)
         if dump is not None or verdict.get("stage") not in ("crash", "timeout"):
             break
