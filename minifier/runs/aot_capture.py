@@ -115,10 +115,9 @@ def capture(backend: Any, hook: Callable, config) -> tuple:
     if family is None:
         label = getattr(backend, "name", None) or getattr(backend, "__name__", repr(backend))
         raise NoAotStage(
-            f"--after aot needs a backend whose AOT stage tdbg can hook: tdbg's compiler (inductor), "
-            f"torch:inductor, or one made with torch._dynamo.backends.common.aot_autograd(...); "
-            f"backend {label} is none of them (it receives Dynamo's graph and compiles it its own way). "
-            "Use --after dynamo to capture the graph it is given.")
+            f"--after aot hooks a backend's own AOT stage: tdbg's compiler (inductor), torch:inductor, or an "
+            f"aot_autograd(...) backend; {label} is none of these (it compiles Dynamo's graph its own way). "
+            "Use --after dynamo (tdbg run: --repro-after dynamo).")
     fn = getattr(backend, "compiler_fn", backend)
     return family, FAMILIES[family][1](fn, hook, config)
 
