@@ -154,7 +154,7 @@ def backend_spec(backend: Any, name: Optional[str] = None) -> dict:
         return {"kind": "named", "name": name}
     head, _, attr = (name or "").rpartition(":")
     if "_late_lookup" in getattr(fn, "__qualname__", ""):
-        return _function_spec(_script_function(fn))
+        return _script_spec(fn.__name__) or _function_spec(_script_function(fn))
     if head.endswith(".py") and os.path.isfile(head):
         return _module_spec(os.path.splitext(os.path.basename(head))[0], attr,
                             os.path.dirname(os.path.abspath(head)), [os.path.basename(head)])
@@ -163,6 +163,49 @@ def backend_spec(backend: Any, name: Optional[str] = None) -> dict:
         if found:
             return _module_spec(head, attr, *found)
     return _function_spec(fn)
+
+
+def _script_spec(name: str) -> Optional[dict]:
+    """A backend defined in the running script, saved with the script's definitions (imports,
+    functions, classes, and assignments that build no data: literals, aot_autograd(...),
+    functools.partial(...)), so its module-level helpers come along; None if `name` is not
+    among them."""
+    import ast
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        with open(path) as f:
+            text = f.read()
+        tree = ast.parse(text)
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None
+    kept, names = [], set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kept.append(node)
+            names |= {a.asname or a.name.split(".")[0] for a in getattr(node, "names", [])} | {getattr(node, "name", "")}
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) \
+                and _builds_no_data(node.value):
+            kept.append(node)
+            names |= {t.id for t in node.targets}
+    if name not in names:
+        return None
+    source = "\n\n\n".join(ast.get_source_segment(text, n) for n in kept) + "\n"
+    return {"kind": "source", "name": name, "source": source}
+
+
+# calls an assignment may make and still be kept in a saved script backend: they build backends
+_BACKEND_BUILDERS = ("aot_autograd", "partial")
+
+
+def _builds_no_data(value) -> bool:
+    import ast
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if called not in _BACKEND_BUILDERS:
+                return False
+    return True
 
 
 def _script_function(fn: Any) -> Any:

@@ -52,3 +52,52 @@ def test_a_module_function_backend_minifies_and_its_repro_runs_without_the_modul
     run = run_repro(str(out), tmp_path)   # no PYTHONPATH: the copy beside repro.py is imported
     assert run.returncode == 19, run.stdout + run.stderr
     assert run.stdout.splitlines()[0] == "Reproduced: compile error: RuntimeError: mybackends cannot compile sin"
+
+
+SCRIPT_BACKEND = '''
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+LIMIT = 2
+
+
+def _helper(gm):
+    return sum(n.target is torch.sin for n in gm.graph.nodes) >= LIMIT - 1
+
+
+def refuse_sin(gm, example_inputs):
+    if _helper(gm):
+        raise RuntimeError("refuse_sin cannot compile sin")
+    return gm.forward
+
+
+data = torch.randn(3)
+raise SystemExit("the script's own statements must not run when its backend is loaded")
+'''
+
+
+def test_a_backend_defined_in_the_script_keeps_its_helpers_but_not_the_scripts_work(tmp_path, monkeypatch):
+    """Before: only refuse_sin's own source was saved, so every query raised NameError: _helper."""
+    import types
+
+    import torch
+
+    from tdbg.minifier.reduce.oracle import backend_spec
+    from tdbg.minifier.runs.backends import resolve
+    from tdbg.repro_templates.runtime import resolve_backend
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT_BACKEND)
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    backend = resolve(f"{script}:refuse_sin", script=str(script))
+    spec = backend_spec(backend, backend.name)
+    assert spec["kind"] == "source" and "def _helper(gm):" in spec["source"] and "data =" not in spec["source"]
+    saved = resolve_backend({"backend": spec}, str(tmp_path))
+    gm = torch.fx.symbolic_trace(lambda x: torch.sin(x) + 1)
+    try:
+        saved(gm, [torch.ones(2)])
+    except RuntimeError as e:
+        assert str(e) == "refuse_sin cannot compile sin"
+    else:
+        raise AssertionError("the saved backend did not refuse sin")
