@@ -221,3 +221,14 @@ def test_level_4_dumper_checks_a_later_call_on_the_untouched_graph(tmp_path):
         f(torch.full((4,), -2.0))
     evidence = info.value.evidence()
     assert (evidence["call"], evidence["part"], evidence["mismatches"][0]["max_abs_error"]) == (3, "forward", 4.0)
+
+
+def test_a_graph_that_mutates_a_buffer_mutates_the_users_buffer_exactly_once():
+    def step(x, running):
+        running.mul_(0.5).add_(x.detach().mean())   # a BatchNorm-style running statistic
+        return x * 2
+    snap = snapshot(_traced(step))
+    x, running = torch.ones(3, requires_grad=True), torch.full((1,), 4.0)
+    result = check_call(step, snap, [x, running])
+    assert (result.forward, result.backward, result.grads_checked) == ([], [], True)
+    assert running.tolist() == [3.0]                     # 4 * 0.5 + 1, once: checks ran on copies
