@@ -77,8 +77,12 @@ class _Interrupt:
     REAP_S while the command unwinds (threads may still start runs), then one line and exit 130.
     A process that has not ended GRACE_S later (a worker thread still joining), or a second
     Ctrl-C, ends at once with the same line and code — only in a real `tdbg` process (`main`),
-    never inside a caller such as a test's CliRunner."""
-    REAP_S, GRACE_S = 0.05, 5.0
+    never inside a caller such as a test's CliRunner.
+
+    A KeyboardInterrupt raised while torch's native modules initialize can abort the process
+    (SIGABRT from C++) or be swallowed there, so while `import torch...` runs it is held back
+    (at most DEFER_S) and raised in the main thread once the import is done."""
+    REAP_S, GRACE_S, DEFER_S = 0.05, 5.0, 60.0
     hard_exit = False
 
     def __init__(self, name: str, params: dict):
@@ -88,6 +92,8 @@ class _Interrupt:
         self.stopping = threading.Event()
         self.reported = threading.Lock()
         self.saved = None
+        self.deferred = self.redelivered = False
+        self.activity = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -101,19 +107,35 @@ class _Interrupt:
             return False
         self.stopping.set()
         self._report(kill_descendants())
+        if self.hard_exit:
+            self._end_now()
         raise SystemExit(exit_code("interrupted"))
 
     def _on_signal(self, signum, frame):
-        if self.stopping.is_set() and self.hard_exit:
-            self._end_now()
+        if self.redelivered:            # from _reap: the import that held it back is done
+            self.redelivered = False
+            raise KeyboardInterrupt
+        if self.stopping.is_set():      # a second Ctrl-C
+            if self.hard_exit:
+                self._end_now()
+            raise KeyboardInterrupt
         self.stopping.set()
         self.activity = current_activity()
         hush()
         kill_descendants()
+        self.deferred = _importing_torch()
         threading.Thread(target=self._reap, name="tdbg-interrupt", daemon=True).start()
-        raise KeyboardInterrupt
+        if not self.deferred:
+            raise KeyboardInterrupt
 
     def _reap(self):
+        held = time.monotonic() + self.DEFER_S
+        while self.deferred and _importing_torch() and time.monotonic() < held:
+            kill_descendants()
+            time.sleep(self.REAP_S)
+        if self.deferred:     # a real signal (not _thread.interrupt_main): it also ends a sleep or wait
+            self.deferred, self.redelivered = False, True
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         deadline = time.monotonic() + self.GRACE_S
         while time.monotonic() < deadline and not self.reported.locked():
             kill_descendants()
@@ -123,6 +145,10 @@ class _Interrupt:
             self._end_now()
 
     def _end_now(self):
+        """End the process with 130 now. The command has unwound (its finally blocks ran) or is
+        stuck; a normal exit could still wait for worker threads, or — when the KeyboardInterrupt
+        was raised inside Python code run from C++ (pybind11's exec during `import torch`) — be
+        turned by CPython into death by SIGINT (-2) instead of 130."""
         self._report(kill_descendants())
         sys.stdout.flush()
         sys.stderr.flush()
@@ -134,9 +160,20 @@ class _Interrupt:
         during = getattr(self, "activity", None) or current_activity()
         left = (f"child process(es) {', '.join(map(str, survivors))} could not be killed" if survivors
                 else "no child process is left running")
+        line = (f"interrupted (Ctrl-C): {self.command} was stopped" + (f" during {during}" if during else "")
+                + f"; {left}.")
+        if self.hard_exit:    # the process's own stderr: sys.stderr may be a script's captured output
+            sys.__stderr__.write(line + "\n")
+            sys.__stderr__.flush()
+            return
         hush(False)
-        err().print(f"interrupted (Ctrl-C): {self.command} was stopped"
-                    + (f" during {during}" if during else "") + f"; {left}.", markup=False, highlight=False)
+        err().print(line, markup=False, highlight=False)
+
+
+def _importing_torch() -> bool:
+    """Is a torch module being initialized right now (importlib marks its spec)?"""
+    return any(getattr(getattr(module, "__spec__", None), "_initializing", False)
+               for name, module in list(sys.modules.items()) if name == "torch" or name.startswith("torch."))
 
 
 def descendants(pid: int) -> list:

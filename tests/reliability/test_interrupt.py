@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tdbg.cli.main import descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,3 +97,17 @@ def test_ctrl_c_in_profile_names_the_step(tmp_path):
 
 def _tdbg_temporaries(tmp_path):
     return [name for name in os.listdir(tmp_path / "tmp") if name.startswith("tdbg")]
+
+
+@pytest.mark.parametrize("command", ["run", "bisect", "minify", "explain", "profile"])
+def test_every_command_exits_130_on_ctrl_c(tmp_path, command):
+    """Interrupted early (while its first child starts or torch imports): same answer everywhere."""
+    extra = {"minify": ["--out", str(tmp_path / "out")], "profile": ["--trace", str(tmp_path / "t.json")]}
+    proc = _start(lambda script: [command, script, *extra.get(command, [])], tmp_path)
+    started = time.monotonic()
+    below, out, err = _ctrl_c_when(proc, lambda pids: pids or time.monotonic() - started > 3)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith(f"interrupted (Ctrl-C): tdbg {command} ")
+    assert err.splitlines()[-1].endswith("; no child process is left running.")
+    assert _alive(below) == [] and _tdbg_temporaries(tmp_path) == []
+    assert not (tmp_path / "out").exists() and not (tmp_path / "t.json").exists()
