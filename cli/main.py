@@ -53,6 +53,10 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+# command without a --backend option -> the backend it compiles with
+IMPLICIT_BACKEND = {"bisect": "inductor", "explain": "eager"}
+
+
 def guarded(name: str, command: click.Command) -> click.Command:
     """`command` with its callback run after the environment check and under `_Interrupt`
     (wrapped once; click has already parsed the arguments, so --help stays instant)."""
@@ -63,8 +67,8 @@ def guarded(name: str, command: click.Command) -> click.Command:
     @functools.wraps(callback)
     def run(*args, **params):
         from tdbg.cli.common import check_environment
-        # tdbg's compiler (whose cache folder must then be writable) runs only for --backend inductor
-        check_environment(uses_compiler=params.get("backend") == "inductor")
+        # tdbg's compiler (whose cache folder must then be writable) runs only for backend inductor
+        check_environment(uses_compiler=params.get("backend", IMPLICIT_BACKEND.get(name)) == "inductor")
         with _Interrupt(name, params):
             return callback(*args, **params)
     run.tdbg_guarded = True

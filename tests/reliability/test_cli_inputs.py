@@ -69,7 +69,7 @@ def test_a_malformed_variable_is_bad_input_in_every_command(tmp_path, command, v
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command", ["run", "profile", "minify"])
+@pytest.mark.parametrize("command", ["run", "profile", "minify", "bisect"])
 def test_an_unwritable_cache_dir_is_named(command, tmp_path):
     extra = ["--out", str(tmp_path / "out")] if command == "minify" else []
     result, text = _invoke([command, SCRIPT, *extra], env={"TDBG_CACHE_DIR": "/proc/tdbg-cache"})
