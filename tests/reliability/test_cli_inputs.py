@@ -59,6 +59,8 @@ def test_a_directory_as_script_is_bad_input_like_a_missing_file(command):
     ("TDBG_CONFIG", "{not json", "tdbg's configuration from the environment is not usable"),
     ("TDBG_NUM_THREADS", "two", "environment variable TDBG_NUM_THREADS='two'"),
     ("TDBG_REPRO_LEVEL", "9", "repro_level must be 1, 2, 3 or 4, got '9'"),
+    ("TDBG_CONFIG", '{"fusoin": false}', "unknown config key(s) 'fusoin'"),
+    ("TDBG_INJECT_BUG", "nosuchop:accuracy", "inject_bug op 'nosuchop' is not an op tdbg lowers"),
 ])
 def test_a_malformed_variable_is_bad_input_in_every_command(tmp_path, command, variable, value, phrase):
     out = tmp_path / "out"
