@@ -469,10 +469,16 @@ def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str)
     if hi not in probes and not fails(hi):
         return {**base, "note": f"{subsystem} #0..{hi - 1} passed once and failed once: the failure is flaky"}
     out = probes[hi][1] or {}
-    applied = out.get("debug")
+    applied = _readable(out.get("debug"))
     target = (out.get("nodes") or {}).get(applied)
     return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
             "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])}
+
+
+def _readable(debug: Optional[str]) -> Optional[str]:
+    """The bisector's debug info with ops spelled as in FX graphs: the decomposition subsystem
+    records repr(op), <OpOverload(op='aten.add', overload='Tensor')> -> aten.add.Tensor."""
+    return None if debug is None else re.sub(r"<OpOverload\(op='([\w.]+)', overload='(\w+)'\)>", r"\1.\2", debug)
 
 
 def _kernels_of(target: Optional[str], kernels: list) -> list:

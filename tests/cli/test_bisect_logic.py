@@ -242,3 +242,9 @@ def test_probe_backend_drives_torchs_bisector_in_a_real_child(tmp_path):
     assert (doc["count"], doc["debug"]) == (2, "neg")
     assert doc["kernels"] == ["cpp_fused_neg_0"]     # amin ran by aten: no kernel of its own
     assert {doc["nodes"]["neg"], doc["nodes"]["amin"]} == {"aten.neg.default", "aten.amin.default"}
+
+
+def test_decomposition_debug_info_reads_as_the_op():
+    # what torch 2.13's bisector records for the decomposition subsystem (repr of the OpOverload)
+    assert B._readable("<OpOverload(op='aten.add', overload='Tensor')>") == "aten.add.Tensor"
+    assert B._readable("amin") == "amin" and B._readable(None) is None
