@@ -27,12 +27,11 @@ EXIT_CODES = {
     "cpp_build": (14, "the generated C++ did not compile"),
     "kernel_runtime": (15, "a compiled kernel failed while running"),
     "accuracy": (16, "a compiled graph's results differ from eager"),
-    "crash": (17, "a process died from a signal (segfault, abort)"),
+    "crash": (17, "a process died from a signal (segfault, abort) or passed its memory limit"),
     "timeout": (18, "a run took longer than its timeout"),
     "backend": (19, "a backend failed in a way no more precise stage describes"),
     "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, ...)"),
     "not_reproduced": (21, "the failure did not happen, or did not happen the same way twice"),
-    "out_of_memory": (22, "a run passed its memory limit"),
     "internal": (70, "a bug in tdbg itself"),
     "interrupted": (130, "interrupted (Ctrl-C); child processes were stopped"),
 }
