@@ -40,6 +40,9 @@ WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "tor
         "tdbg.minifier.runs.instrument", "tdbg.minifier.runs.runner", "tdbg.minifier.artifacts.graph_io",
         "tdbg.minifier.reduce.oracle", "tdbg.minifier.reduce.workers:warm_up")
 _TENSORS: dict = {}   # server side: InputSpec.key -> tensor, filled by `remember`
+# named backend -> in-server handler paying that backend's once-per-process costs, run before the
+# first query (or capture) that uses it, so forked children inherit them instead of each paying
+BACKEND_WARM = {"torch:inductor": "tdbg.minifier.reduce.workers:warm_inductor"}
 
 
 class Pool:
@@ -74,7 +77,22 @@ class Pool:
                 continue
         return Outcome("hang", message=f"the worker stopped answering (timeout {self.timeout:g} s)")
 
+    def prepare(self, backend: Optional[str]) -> None:
+        """Warm the idle server for `backend` (a name as in BACKEND_WARM; others need nothing),
+        e.g. before a capture run forks from it. A warm-up that fails only loses its head start."""
+        if backend in BACKEND_WARM:
+            with contextlib.suppress(forkserver.ServerDied, OSError):
+                with self._servers.server() as server:
+                    self._prepare(server, backend)
+
+    def _prepare(self, server: forkserver.Client, backend: Optional[str]) -> None:
+        done = server.state.setdefault("warm", set())
+        if backend in BACKEND_WARM and backend not in done:
+            done.add(backend)
+            server.call(BACKEND_WARM[backend], None, fork=False, timeout=forkserver.STARTUP_TIMEOUT)
+
     def _query(self, server: forkserver.Client, source: str, specs: list, store, spec: dict) -> Outcome:
+        self._prepare(server, (spec.get("backend") or {}).get("name"))
         seen = server.state.setdefault("tensors", set())
         new = {s.key: store.tensors[s.key] for s in specs if s.is_tensor and s.key not in seen}
         if new:
@@ -122,6 +140,20 @@ def warm_up() -> None:
             importlib.import_module(f"tdbg.compiler.{m.name}")
     trace_source("import torch\nclass Repro(torch.nn.Module):\n    def forward(self, x):\n"
                  "        return (torch.ops.aten.neg.default(x), torch.neg(x))\n")
+
+
+def warm_inductor(_payload=None) -> None:
+    """In the server: import the Inductor modules a first compile loads (~400) and run its CPU
+    vector-ISA probe (it compiles a library and loads it in a fresh interpreter that imports
+    torch: 3.5 s per process with a warm disk cache, 20 s cold, on the busy 2-core machine), both
+    cached per process. Runs no tensor op here, so forking stays safe."""
+    import torch._inductor.codegen.cpp            # noqa: F401
+    import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
+    import torch._inductor.compile_fx             # noqa: F401
+    import torch._inductor.fx_passes.post_grad    # noqa: F401
+    import torch._inductor.scheduler              # noqa: F401
+    from torch._inductor import cpu_vec_isa
+    cpu_vec_isa.valid_vec_isa_list()
 
 
 def remember(tensors: dict) -> None:

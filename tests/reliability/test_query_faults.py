@@ -95,3 +95,21 @@ def test_the_capture_run_forks_from_the_query_server(pool):
     verdict = run_script(RunRequest(script=script, backend="eager", capture=True, timeout=60), pool=pool.servers)
     assert (verdict["status"], verdict["compile_calls"], verdict["stdout_tail"]) == ("ok", 1, "True\n")
     assert pool.replaced == 0
+
+
+def test_a_backend_warm_up_runs_once_per_server_in_the_server(pool, monkeypatch):
+    # torch:inductor's per-process costs (its modules, the vector-ISA probe) are paid by the
+    # server once instead of by every forked query (5-7 s instead of 16-30 s per amin query)
+    from tdbg.minifier.reduce import workers
+    calls = []
+    monkeypatch.setattr(workers, "BACKEND_WARM", {"probe": "os:getpid"})
+    real_call = workers.forkserver.Client.call
+
+    def spy(self, handler, payload=None, **kw):
+        calls.append((handler, kw.get("fork", True)))
+        return real_call(self, handler, payload, **kw)
+    monkeypatch.setattr(workers.forkserver.Client, "call", spy)
+    pool.prepare("probe")
+    pool.prepare("probe")
+    pool.prepare("inductor")   # tdbg's own compiler: nothing to warm
+    assert calls == [("os:getpid", False)]
