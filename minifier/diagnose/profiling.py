@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import functools
 import glob
-import io
 import json
 import os
 import re
@@ -228,7 +227,8 @@ def run_script(path: str, argv: list, mode: str, session, capture: bool = False)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    sink = io.StringIO()
+    # a real file, not a StringIO: scripts may ask sys.stdout/sys.stderr for their fileno()
+    sink = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") if capture else None
     t0 = time.perf_counter()
     try:
         with contextlib.ExitStack() as stack:
@@ -243,8 +243,11 @@ def run_script(path: str, argv: list, mode: str, session, capture: bool = False)
         result.error = e
     finally:
         result.seconds = time.perf_counter() - t0
-        result.output = sink.getvalue()
         sys.argv, sys.path[:] = saved_argv, saved_path
+        if sink is not None:
+            sink.seek(0)
+            result.output = sink.read()
+            sink.close()
     return result
 
 

@@ -204,3 +204,16 @@ def test_debug_keeps_the_compiler_traces_of_this_run(tmp_path, temp_root):
     assert os.path.isfile(debug / run / "compiler" / graph / "debug.log")
     assert 0 < doc["stages"]["build"] < 100 and f"compiler debug traces (output_code.py, debug.log per graph): " \
         f"{debug / run}" in " ".join(result.output.split())
+
+
+def test_the_eager_pass_output_is_kept_in_a_real_file(tmp_path):
+    """The eager pass's output is captured (shown once, not twice) through a real file, so a script
+    that asks its streams for a file descriptor (faulthandler, subprocess) runs as it would alone."""
+    from tdbg.minifier.diagnose.profiling import run_script
+    from tdbg.minifier.runs.instrument import Session
+    script = tmp_path / "fd.py"
+    script.write_text("import os, sys\nprint('out')\nsys.stdout.flush()\nos.write(sys.stdout.fileno(), b'fd\\n')\n"
+                      "print('err', file=sys.stderr)\n")
+    result = run_script(str(script), [], "eager", Session(None), capture=True)
+    assert result.error is None and result.exit_code == 0
+    assert result.output == "out\nfd\nerr\n"
