@@ -16,6 +16,7 @@ module fails while loading (a syntax error, a failing import) — names the file
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -66,9 +67,21 @@ def check_name(name: str) -> None:
     if head.endswith(".py"):
         if not os.path.isfile(head):
             raise BackendError(f"backend {name!r}: file {head!r} does not exist.")
+        _check_syntax(head, name)
         return
     if not all(part.isidentifier() for part in head.split(".")) or not func.isidentifier():
         raise BackendError(f"backend {name!r} is not MODULE:FUNCTION or FILE.py:FUNCTION; {choices_text()}.")
+
+
+def _check_syntax(path: str, name: str) -> None:
+    """A backend file that does not parse is refused before anything runs (torch-free)."""
+    try:
+        with open(path, "rb") as f:
+            ast.parse(f.read(), filename=path)
+    except SyntaxError as e:
+        raise _load_error(name, f"loading {path}", e) from None
+    except (OSError, ValueError) as e:
+        raise BackendError(f"backend {name!r}: cannot read {path} as Python source ({e}).") from None
 
 
 def tdbg_decompositions(config=None) -> dict:

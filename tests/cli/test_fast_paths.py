@@ -24,6 +24,9 @@ BAD = {
     ("run", "examples"): ("bad_input", "'examples' is a directory, not a script."),
     ("profile", "examples"): ("bad_input", "'examples' is a directory, not a script."),
     ("run", "examples/foo2.py", "--timeout", "0"): ("usage", "'--timeout': 0.0 is not in the range x>0"),
+    # a backend file that does not parse is refused by the parent, before any child starts (was exit 70)
+    ("run", "examples/foo2.py", "--backend", f"{SCRIPTS}/bad_syntax.py:fn"):
+        ("bad_input", f"loading {SCRIPTS}/bad_syntax.py failed at {SCRIPTS}/bad_syntax.py:1: SyntaxError: invalid syntax"),
 }
 
 
