@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import err, exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
+from tdbg.cli.console import doing, err, exit_code, exit_codes_help, fail, now_doing, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 1
 
@@ -43,7 +43,8 @@ def bisect(script, args, backend, timeout, jobs, json_path):
                    JSON_SCHEMA, JSON_VERSION)
         fail(problem, "bad_input")
     from tdbg.minifier.diagnose.bisect import bisect as run_bisect
-    result = run_bisect(script, list(args), {}, backend=backend, timeout=timeout, jobs=jobs, on_step=_progress)
+    with doing(f"bisecting {script}"):
+        result = run_bisect(script, list(args), {}, backend=backend, timeout=timeout, jobs=jobs, on_step=_progress)
     code = _exit(result)
     minify = _minify_command(result, script, args)
     render(result, minify)
@@ -70,6 +71,7 @@ def _progress(record: dict) -> None:
     from rich.markup import escape
     status = "[green]pass[/]" if record["status"] == "ok" else f"[red]fail ({record['stage']})[/]"
     err().print(f"  run {escape(record['label']):<28} {status}  {record.get('duration_s') or 0:.1f} s")
+    now_doing(f"bisecting, the runs after '{record['label']}'")
 
 
 def _exit(result: dict) -> int:

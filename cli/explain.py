@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
+from tdbg.cli.console import doing, exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
 
@@ -43,8 +43,9 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
         fail(problem, "bad_input")
     from tdbg.minifier.diagnose.explain import build_report, exceeded
     from tdbg.minifier.runs.runner import RunRequest, run_script
-    verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
-                                    timeout=timeout, stdout_to_stderr=json_path == "-"))
+    with doing(f"the run of {script} with backend {backend}"):
+        verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
+                                        timeout=timeout, stdout_to_stderr=json_path == "-"))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)

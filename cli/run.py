@@ -6,7 +6,7 @@ import os
 import click
 
 from tdbg.cli import common
-from tdbg.cli.console import exit_codes_help, fail, out, report_to_stderr, write_json
+from tdbg.cli.console import doing, exit_codes_help, fail, out, report_to_stderr, write_json
 
 JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
@@ -71,7 +71,8 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
                          check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
                          timeout=timeout, stdout_to_stderr=json_path == "-")
-    verdict = run_script(request)
+    with doing(f"the run of {script} with backend {backend}"):
+        verdict = run_script(request)
     verdict["timeout"] = timeout
     code, commands = _outcome(verdict, script, args, backend, function)
     render(verdict, script, backend, code, commands)

@@ -77,7 +77,8 @@ def test_ctrl_c_in_run_kills_the_child_and_what_it_started(tmp_path):
     below, out, err = _ctrl_c_when(proc, lambda pids: "sleep 1234" in _commands(pids))
     assert proc.returncode == 130, err
     script = tmp_path / "spawns_and_waits.py"
-    assert err == (f"interrupted (Ctrl-C): tdbg run {script} was stopped; no child process is left running.\n")
+    assert err == (f"interrupted (Ctrl-C): tdbg run {script} was stopped during the run of {script} with backend "
+                   "eager; no child process is left running.\n")
     assert out == ""
     assert len(below) >= 2 and _alive(below) == []
     assert _tdbg_temporaries(tmp_path) == []
