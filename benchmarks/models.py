@@ -7,7 +7,7 @@
 Every model is built from a `transformers` config with random weights (fixed seed; nothing is
 downloaded) and every dropout/drop-path probability in the config set to 0, so training results
 are deterministic and comparable across backends. `--tiny` builds each model from a tiny config
-(two or four small layers, 32-pixel images, 16-token sequences) for smoke runs.
+(two small layers or four one-block stages, 64-pixel images, 16-token sequences) for smoke runs.
 
 Two modes per model:
   inference  `model(inputs).logits` in eval mode under no_grad: measured by the harness's
@@ -53,7 +53,9 @@ TINY_SETTINGS = dict(repeat=3, warmup=1, run_seconds=0.0)
 # input shapes: (batch, image side or sequence length) per kind, full and tiny
 SHAPES = {
     False: {"vision": (2, 224), "text": (1, 128), "seq2seq": (1, 128)},
-    True: {"vision": (2, 32), "text": (2, 16), "seq2seq": (2, 16)},
+    # 64-pixel images: at 32 the last stages are 1x1, and training BatchNorm over 2 values per channel
+    # is so ill-conditioned that Inductor's MobileNetV2 gradients already miss eager's by > 2x its fp64 error
+    True: {"vision": (2, 64), "text": (2, 16), "seq2seq": (2, 16)},
 }
 TINY_TEXT = dict(vocab_size=256, max_position_embeddings=64)
 TINY_BERT = dict(TINY_TEXT, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -79,17 +81,17 @@ ZOO = (
              "ConvNextConfig", dict(num_labels=1000),
              dict(num_labels=10, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1])),
     ZooModel("mobilenet_v2", "MobileNetV2 1.0, 224x224", "vision", "MobileNetV2ForImageClassification",
-             "MobileNetV2Config", dict(num_labels=1000, depth_multiplier=1.0, image_size=224),
-             dict(num_labels=10, depth_multiplier=0.25, image_size=32)),
+             "MobileNetV2Config", dict(num_labels=1000, depth_multiplier=1.0),
+             dict(num_labels=10, depth_multiplier=0.25)),
     ZooModel("efficientnet_b0", "EfficientNet-b0, 224x224", "vision", "EfficientNetForImageClassification",
              "EfficientNetConfig",
              # hidden_dim is the top conv's width: round_filters(1280) at that width coefficient
-             dict(num_labels=1000, width_coefficient=1.0, depth_coefficient=1.0, image_size=224, hidden_dim=1280),
-             dict(num_labels=10, width_coefficient=0.25, depth_coefficient=0.25, image_size=32, hidden_dim=320)),
+             dict(num_labels=1000, width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280),
+             dict(num_labels=10, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)),
     ZooModel("vit_base", "ViT-base/16, 224x224", "vision", "ViTForImageClassification", "ViTConfig",
              dict(num_labels=1000),
              dict(num_labels=10, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, image_size=32, patch_size=8)),
+                  intermediate_size=64, patch_size=16)),
     ZooModel("bert_base", "BERT-base, masked-LM head", "text", "BertForMaskedLM", "BertConfig", {}, TINY_BERT),
     ZooModel("gpt2", "GPT-2 (124M), LM head", "text", "GPT2LMHeadModel", "GPT2Config", dict(use_cache=False),
              dict(use_cache=False, vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -163,7 +165,7 @@ def make_config(zm: ZooModel, tiny: bool):
     return cfg
 
 
-def _inputs(zm: ZooModel, cfg, tiny: bool, shapes: dict, g) -> tuple:
+def _inputs(zm: ZooModel, cfg, shapes: dict, g) -> tuple:
     """(names, tensors) the model's forward takes, and its number of output classes."""
     batch, size = shapes[zm.kind]
     if zm.kind == "vision":
@@ -180,10 +182,12 @@ def build(zm: ZooModel, tiny: bool, shapes: Optional[dict] = None, training: boo
     appended to the inputs for training. Same seed, so the same weights, for both."""
     shapes = shapes or SHAPES[tiny]
     cfg = make_config(zm, tiny)
+    if zm.kind == "vision" and hasattr(cfg, "image_size"):
+        cfg.image_size = shapes[zm.kind][1]    # ViT's position embeddings are sized from it
     torch.manual_seed(SEED)
     model = getattr(_transformers(), zm.model_class)(cfg)
     g = torch.Generator().manual_seed(SEED)
-    names, inputs, classes = _inputs(zm, cfg, tiny, shapes, g)
+    names, inputs, classes = _inputs(zm, cfg, shapes, g)
     net = Logits(model, names)
     if not training:
         return net.eval(), inputs

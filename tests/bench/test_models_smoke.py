@@ -1,0 +1,114 @@
+"""Model-zoo benchmark smoke test: one tiny `transformers` model through benchmarks/models.py
+(inference and a training step, eager and tdbg), so the zoo harness cannot rot; a backend with a
+wrong backward is a mismatch, never a time."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the model zoo builds its models with transformers "
+                                           "(pip install -e '.[test]' or '.[bench]')")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WRONG_GRAD = os.path.join(ROOT, "tests", "scenarios", "scripts", "wrong_param_grad.py") + ":doubles_first_grad"
+MODEL = "distilbert"
+
+
+def _models():
+    spec = importlib.util.spec_from_file_location("tdbg_bench_models", os.path.join(ROOT, "benchmarks", "models.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    path = tmp_path_factory.mktemp("zoo") / "zoo.json"
+    _models().main(["--tiny", "--only", MODEL, "--backends", "eager,tdbg", "--repeat", "2",
+                    "--json", str(path)])
+    return json.loads(path.read_text())
+
+
+def _backend(spec):
+    from tdbg.minifier.runs.backends import resolve
+    return resolve(spec).compiler_fn
+
+
+def _cells(doc):
+    return {(c["mode"], os.path.basename(c["backend"])): c for c in doc["cells"]}
+
+
+def test_tiny_model_runs_and_tdbg_matches_eager(doc):
+    assert doc["schema"] == "tdbg.models" and doc["version"] == 1
+    assert [(c["model"], c["mode"]) for c in doc["cells"]] == [(MODEL, "inference")] * 2 + [(MODEL, "training")] * 2
+    assert doc["shapes"]["text"] == [2, 16] and doc["settings"]["threads"] == 2
+    cells = _cells(doc)
+    for mode in ("inference", "training"):
+        eager, tdbg = cells[(mode, "eager")], cells[(mode, "tdbg")]
+        assert (eager["status"], tdbg["status"]) == ("ok", "ok"), (eager["error"], tdbg["error"])
+        assert len(eager["runs_s"]) == len(tdbg["runs_s"]) == 2
+        assert eager["speedup_vs_eager"] == 1.0 and eager["compile_s"] == 0.0
+        assert tdbg["speedup_vs_eager"] == pytest.approx(eager["median_s"] / tdbg["median_s"])
+        assert tdbg["compile_s"] > 0 and tdbg["time_vs_inductor"] is None
+
+
+def test_wrong_gradient_is_a_mismatch_not_a_time(monkeypatch):
+    """run_training on a small MLP (standing in for a zoo model): a backend whose forward is right
+    and whose backward doubles the first parameter's gradient fails the gradient check, untimed."""
+    m = _models()
+    torch.manual_seed(0)
+    net = m.Loss(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))).train()
+    inputs = [torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 0, 1])]
+    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training: (net, inputs))
+    settings = m.Settings(repeat=2, warmup=1, quick=True)
+    cells = m.run_training(m.BY_NAME[MODEL], ["eager", WRONG_GRAD], settings, m.SHAPES[True])
+    eager, wrong = cells
+    assert eager.status == "ok" and len(eager.runs_s) == 2
+    assert wrong.status == "mismatch" and wrong.median_s is None and wrong.runs_s == []
+    assert [mm["output"] for mm in wrong.mismatches] == ["out[1]['net.0.weight']"]
+    assert wrong.error.startswith("1 wrong, first out[1]['net.0.weight']: max abs error")
+    # the forward alone is right: the same backend passes inference
+    with torch.no_grad():
+        assert torch.equal(torch.compile(net.net, backend=_backend(WRONG_GRAD))(inputs[0]), net.net(inputs[0]))
+
+
+def test_summary_without_inductor(doc):
+    s = doc["summary"]
+    cells = _cells(doc)
+    for mode in ("inference", "training"):
+        assert s[mode]["compared"] == 0 and s[mode]["time_vs_inductor"] is None
+        assert s[mode]["time_vs_eager"] == pytest.approx(1 / cells[(mode, "tdbg")]["speedup_vs_eager"])
+        assert s[mode]["not_ok"] == {}
+
+
+def test_summary_geomeans_and_goal_lines():
+    m = _models()
+    rows = [dict(model=name, mode="inference", backend=backend, status="ok", error=None, median_s=t,
+                 time_vs_inductor=t / ind, speedup_vs_eager=eager / t, compile_s=c)
+            for name, eager, ind, tdbg, c_ind, c_tdbg in (("a", 4.0, 1.0, 2.0, 10.0, 2.0),
+                                                         ("b", 1.0, 1.0, 2.0, 10.0, 8.0))
+            for backend, t, c in (("eager", eager, 0.0), ("torch:inductor", ind, c_ind), ("tdbg", tdbg, c_tdbg))]
+    rows.append(dict(model="c", mode="inference", backend="tdbg", status="failed", error="LoweringError: x",
+                     median_s=None, time_vs_inductor=None, speedup_vs_eager=None, compile_s=None))
+    s = m.summary(rows, ["inference"])["inference"]
+    assert s["time_vs_inductor"] == pytest.approx(2.0) and s["compared"] == 2
+    assert s["time_vs_eager"] == pytest.approx((0.5 * 2.0) ** 0.5)
+    assert s["compile_vs_inductor"] == pytest.approx((0.2 * 0.8) ** 0.5)
+    assert s["slower_than_eager"] == ["b"] and s["not_ok"] == {"c": "failed: LoweringError: x"}
+    assert m.summary_lines({"inference": s}) == [
+        "inference: tdbg/inductor time geomean 2.00x over 2 models (goal <= 0.9); tdbg/eager 1.00x; "
+        "cold compile tdbg/inductor 0.40x (goal <= 0.4); slower than eager: b; "
+        "failed or wrong: c (failed: LoweringError: x)"]
+
+
+def test_missing_transformers_is_one_clear_error(monkeypatch, capsys):
+    m = _models()
+    monkeypatch.setitem(sys.modules, "transformers", None)   # import transformers -> ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        m.main(["--tiny", "--only", MODEL, "--backends", "eager"])
+    assert exit_info.value.code == 3
+    assert "pip install -e '.[bench]'" in capsys.readouterr().err
