@@ -261,9 +261,11 @@ def exception_outcome(kind, e):
 def evaluate(gm, inputs, spec, folder, accuracy):
     """Run `gm` eagerly and compiled per `spec`: the outcome dict (never raises for graph failures).
 
-    `accuracy` provides compare/fp64_reference (tdbg's accuracy module, or repro.py's copy)."""
+    `accuracy` provides compare/fp64_reference (tdbg's accuracy module, or repro.py's copy). An
+    aten graph (after aot) runs without autograd, as AOTAutograd runs its compiled graphs."""
     start = time.perf_counter()
-    result = _evaluate(gm, inputs, spec, folder, accuracy)
+    with torch.no_grad() if spec.get("after", "aot") == "aot" else contextlib.nullcontext():
+        result = _evaluate(gm, inputs, spec, folder, accuracy)
     result["seconds"] = time.perf_counter() - start
     return result
 

@@ -160,3 +160,18 @@ def test_after_aot_queries_compile_with_the_recorded_aot_autograd_compiler(tmp_p
     assert (out.kind, out.exc_type, out.message) == ("compile_error", "RuntimeError", "bw_compiler was used")
     out = evaluate(case.gm, store.values(case.inputs), dict(spec_, aot={"family": "aot_autograd", "graph": "forward"}))
     assert out.kind == "pass"
+
+
+def test_an_inductor_forward_graph_with_parameters_runs_without_autograd_as_aot_runs_it():
+    """Before: the recorded parameters require grad, Inductor's addmm(out=...) refused them, and
+    every after-aot query of a training graph was a false runtime error."""
+    def forward(x, w, b):
+        return (torch.ops.aten.addmm.default(b, x, torch.ops.aten.permute.default(w, [1, 0])),)
+    torch.manual_seed(0)
+    case, store = make_case(forward, torch.randn(3, 4), torch.randn(2, 4, requires_grad=True),
+                            torch.randn(2, requires_grad=True))
+    assert [s.requires_grad for s in case.inputs] == [False, True, True]
+    spec_ = {"after": "aot", "config": {}, "check_accuracy": True, "backend": {"kind": "named", "name": "torch:inductor"},
+             "aot": {"family": "torch:inductor", "graph": "forward"}}
+    out = evaluate(case.gm, store.values(case.inputs), spec_)
+    assert out.kind == "pass", out.report()
