@@ -251,6 +251,11 @@ def run_pytorch(name: str, case: Command, work: str, cap: float, isolate: bool =
     repro = [p for p in glob.glob(os.path.join(folder, "**", "repro.py"), recursive=True)]
     status = ("stopped at cap" if minify["code"] is None else
               "minified" if minify["code"] == 0 and repro else f"exit {minify['code']}")
+    # PyTorch's minifier writes checkpoints/<nodes>.py as it shrinks
+    sizes = [int(os.path.basename(p)[:-3]) for p in glob.glob(os.path.join(folder, "**", "checkpoints", "*.py"),
+                                                               recursive=True) if os.path.basename(p)[:-3].isdigit()]
+    if sizes:
+        row["nodes"] = f"{max(sizes)} -> {min(sizes)}"
     return {**row, "wall_s": dump["wall_s"] + minify["wall_s"], "cpu_s": dump["cpu_s"] + minify["cpu_s"],
             "code": minify["code"], "tail": minify["tail"], "status": status,
             "dump_s": dump["wall_s"]}
