@@ -69,6 +69,7 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
             check_name(backend)
         except BackendError as e:
             doc.fail(str(e), "bad_input")
+    made_parent = not os.path.isdir(os.path.dirname(os.path.abspath(out_dir)))
     work = _work_dir(out_dir)
     try:
         code = _run(target, list(args), after, level, backend, work, check_str, tolerance, ignore_non_fp,
@@ -76,6 +77,8 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
         _move_into_place(work, out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)   # only left when interrupted or failed
+        if made_parent:   # e.g. the tdbg_repro/ made for a run that wrote nothing
+            _remove_if_empty(os.path.dirname(work))
     raise SystemExit(code)
 
 
@@ -101,6 +104,13 @@ def _work_dir(out_dir: str) -> str:
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.partial-", dir=parent)
+
+
+def _remove_if_empty(folder: str) -> None:
+    try:
+        os.rmdir(folder)
+    except OSError:   # not empty (or not ours to remove): keep it
+        pass
 
 
 def _move_into_place(work: str, out_dir: str) -> None:
