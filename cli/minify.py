@@ -158,6 +158,7 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
     imported once); the Dump of the failing graph (or exit with the verdict)."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     cfg = common.base_config()
+    pool.prepare(backend)   # e.g. Inductor imported once in the server the capture forks from
     verdict = None
     for lvl in (level, 3) if level < 3 else (level,):
         request = RunRequest(script=script, argv=args, backend=backend, config_json=cfg.to_json(),
