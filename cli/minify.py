@@ -202,8 +202,8 @@ def _no_dump(verdict: dict, script: str, doc: _Document) -> NoReturn:
                  "problems use --level 4).", "not_reproduced")
     error = verdict.get("error") or {}
     lines = (error.get("message") or "").splitlines()
-    if error.get("type") in _SETUP_ERRORS:
-        doc.fail(" ".join(line.strip() for line in lines), _SETUP_ERRORS[error["type"]])
+    if error.get("type") in _SETUP_ERRORS or verdict.get("stage") == "bad_input":
+        doc.fail(" ".join(line.strip() for line in lines), _SETUP_ERRORS.get(error.get("type"), "bad_input"))
     stage = verdict.get("stage") or "internal"
     detail = f": {lines[0]}" if lines else ""
     doc.fail(f"{script} failed at stage {stage}{detail}, outside any compiled graph the dumper sees; "
