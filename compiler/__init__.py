@@ -17,7 +17,7 @@ import os
 from typing import Optional
 
 from . import config as _config
-from .errors import IRInvariantError
+from .errors import IRInvariantError, KernelRuntimeError
 from .trace import DebugTrace, configure_logging, get_logger
 
 log = get_logger("compiler")
@@ -45,8 +45,9 @@ class CompiledGraph:
     """`compiled(*args)` returns what the aten graph returns; see module docstring."""
 
     def __init__(self, name, call, spec, *, kernels=(), lowered_nodes=(), fallback_targets=(),
-                 source_code="", debug_dir=None, kind="inference"):
+                 source_code="", debug_dir=None, kind="inference", node_traces=None):
         self.name, self._call, self._spec, self.kind = name, call, spec, kind
+        self.node_traces = dict(node_traces or {})   # FX node name -> its stack trace (user lines)
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
         from torch.utils._pytree import tree_unflatten
@@ -54,7 +55,12 @@ class CompiledGraph:
         self._tuple = spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children))
 
     def __call__(self, *args):
-        outs = self._call(list(args))
+        try:
+            outs = self._call(list(args))
+        except KernelRuntimeError as e:
+            # backward nodes carry their forward node's trace, so this names the user's own line
+            e.node_source = e.node_source or _first_trace(self.node_traces, e.fx_nodes)
+            raise
         if self._tuple:
             return outs
         return self._unflatten(list(outs), self._spec)
@@ -145,9 +151,18 @@ def _build(c):
     except CppCompileError as e:
         failed = {k.name: k.fx_nodes for k in c.kernels}
         e.fx_nodes = tuple(fx for name in e.kernels for fx in failed.get(name, ()))
+        e.node_source = _first_trace(_node_traces(c.gm), e.fx_nodes)
         raise
     constants = {b.name: b.constant for b in c.graph.graph_inputs if hasattr(b, "constant")}
     c.call = module["make_call"](kernels, constants)
+
+
+def _node_traces(gm) -> dict:
+    return {n.name: n.meta["stack_trace"] for n in gm.graph.nodes if n.meta.get("stack_trace")}
+
+
+def _first_trace(traces: dict, names) -> str:
+    return next((traces[n] for n in names if n in traces), "")
 
 
 STAGES = [
@@ -220,7 +235,7 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
              len(fallback_targets))
     return CompiledGraph(graph_name, c.call, spec, kernels=[k.name for k in c.kernels], lowered_nodes=lowered,
                          fallback_targets=fallback_targets, source_code=c.source_code,
-                         debug_dir=trace.path if trace else None, kind=kind)
+                         debug_dir=trace.path if trace else None, kind=kind, node_traces=_node_traces(c.gm))
 
 
 def _data_dependent(gm) -> bool:

@@ -72,6 +72,7 @@ class CppCompileError(TdbgError):
                  fx_nodes: tuple = ()):
         self.command, self.source_path, self.kernels = list(command), source_path, tuple(kernels)
         self.fx_nodes = tuple(fx_nodes)
+        self.node_source = ""    # the first failing FX node's stack trace (set by compile_aten)
         self.full_stderr = stderr
         self.stderr = trim_compiler_output(stderr)
         super().__init__(f"C++ compile failed for {source_path}\n$ {' '.join(self.command)}\n{self.stderr}")
@@ -79,7 +80,7 @@ class CppCompileError(TdbgError):
     def evidence(self) -> dict:
         return {"stage": self.stage, "message": self.stderr, "command": self.command,
                 "source_path": self.source_path, "kernel": ", ".join(self.kernels),
-                "fx_nodes": list(self.fx_nodes)}
+                "fx_nodes": list(self.fx_nodes), "node_source": self.node_source}
 
 
 class KernelRuntimeError(TdbgError):
@@ -89,10 +90,11 @@ class KernelRuntimeError(TdbgError):
     def __init__(self, message: str, *, kernel: str, fx_nodes: tuple = (), source: str = ""):
         super().__init__(f"{message} (kernel {kernel})")
         self.kernel, self.fx_nodes, self.short, self.source = kernel, tuple(fx_nodes), message, source
+        self.node_source = ""    # the FX node's stack trace (set by CompiledGraph when it has one)
 
     def evidence(self) -> dict:
         return {"stage": self.stage, "message": self.short, "kernel": self.kernel,
-                "fx_nodes": list(self.fx_nodes), "source": self.source}
+                "fx_nodes": list(self.fx_nodes), "source": self.source, "node_source": self.node_source}
 
 
 class CacheDirError(TdbgError):
