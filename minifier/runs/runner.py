@@ -140,8 +140,10 @@ def _forked(paths: dict, req: RunRequest, pool):
                                 session=True, stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
     except forkserver.ServerDied:
         return None, False
+    # a run's own MemoryError is the script's failure, in its verdict; out_of_memory replies come only
+    # from a SIGKILL past half a memory limit (runs set none), so they read as that signal
     code = {"ok": reply.value, "exit": reply.code, "crash": -(reply.signal or 0),
-            "timeout": -int(signal.SIGKILL)}[reply.kind]
+            "timeout": -int(signal.SIGKILL), "out_of_memory": -int(signal.SIGKILL)}[reply.kind]
     return code, reply.kind == "timeout"
 
 
