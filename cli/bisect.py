@@ -35,7 +35,7 @@ def bisect(script, args, backend, timeout, jobs, json_path):
     common.check_output_file(json_path, "--json")
     if json_path == "-":
         report_to_stderr()
-    problem = _bad_input(script, backend)
+    problem = common.script_or_backend_problem(script, backend)
     if problem:
         write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                                "exit_code": exit_code("bad_input"), "runs": [],
@@ -51,20 +51,6 @@ def bisect(script, args, backend, timeout, jobs, json_path):
     write_json(json_path, {"script": script, "argv": list(args), "exit_code": code, "minify_command": minify,
                            **result}, JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
-
-
-def _bad_input(script: str, backend: str):
-    """The one-paragraph problem with SCRIPT or --backend, or None (checked before any run)."""
-    from tdbg.minifier.runs.backends import BackendError, check_name
-    from tdbg.minifier.runs.runner import check_script
-    problem = check_script(script)
-    if problem:
-        return problem + " Give the path of a Python script that calls torch.compile."
-    try:
-        check_name(backend)
-    except BackendError as e:
-        return str(e)
-    return None
 
 
 def _progress(record: dict) -> None:

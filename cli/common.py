@@ -191,3 +191,18 @@ def _probe_append(path: str) -> Optional[str]:
             return None
     except OSError as e:
         return e.strerror or str(e)
+
+
+def script_or_backend_problem(script: str, backend: str) -> Optional[str]:
+    """The one-paragraph problem with SCRIPT or --backend, or None (for commands that must write
+    their JSON document even on bad input, so they cannot simply `fail`)."""
+    from tdbg.minifier.runs.backends import BackendError, check_name
+    from tdbg.minifier.runs.runner import check_script
+    problem = check_script(script)
+    if problem:
+        return problem + " Give the path of a Python script that calls torch.compile."
+    try:
+        check_name(backend)
+    except BackendError as e:
+        return str(e)
+    return None

@@ -33,7 +33,7 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
     if json_path == "-":
         report_to_stderr()
     thresholds = {"max_graph_breaks": max_graph_breaks, "max_recompiles": max_recompiles}
-    problem = _bad_input(script, backend)
+    problem = common.script_or_backend_problem(script, backend)
     if problem:
         write_json(json_path, {"script": script, "argv": list(args), "backend": backend, "thresholds": thresholds,
                                "exceeded": [], "exit_code": exit_code("bad_input"), "status": "failed",
@@ -55,20 +55,6 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
                            "stage": verdict.get("stage"), "error": _short_error(verdict), **report},
                JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
-
-
-def _bad_input(script: str, backend: str):
-    """The one-paragraph problem with SCRIPT or --backend, or None (checked before the run)."""
-    from tdbg.minifier.runs.backends import BackendError, check_name
-    from tdbg.minifier.runs.runner import check_script
-    problem = check_script(script)
-    if problem:
-        return problem + " Give the path of a Python script that calls torch.compile."
-    try:
-        check_name(backend)
-    except BackendError as e:
-        return str(e)
-    return None
 
 
 def _exit(verdict: dict, problems: list, script: str) -> int:
