@@ -48,8 +48,10 @@ SEED = 0
 # issue 10's goals for tdbg: (summary key, target); time ratios are geomeans over the zoo
 GOALS = (("inference time / inductor", 0.9), ("training time / inductor", 1.0),
          ("cold compile / inductor", 0.4), ("models slower than eager", 0))
-DEFAULT_SETTINGS = dict(repeat=10, warmup=2, run_seconds=0.0)
-TINY_SETTINGS = dict(repeat=3, warmup=1, run_seconds=0.0)
+# run_seconds: the least wall time of one timed run; calls per run are calibrated on eager (tiny
+# models' single calls of a few ms are at the mercy of a shared machine's noise)
+DEFAULT_SETTINGS = dict(repeat=10, warmup=2, run_seconds=0.2)
+TINY_SETTINGS = dict(repeat=3, warmup=1, run_seconds=0.05)
 # input shapes: (batch, image side or sequence length) per kind, full and tiny
 SHAPES = {
     False: {"vision": (2, 224), "text": (1, 128), "seq2seq": (1, 128)},
@@ -268,7 +270,7 @@ def check_training(cell: Cell, spec: str, initial, inputs: list, expected: tuple
 def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
     """Training-step cells, one per backend, measured like the harness's inference rows."""
     import torch._dynamo
-    from tdbg.minifier.diagnose.profiling import alternate, median
+    from tdbg.minifier.diagnose.profiling import alternate, median, timed
     initial, inputs = build(zm, settings.quick, shapes, training=True)
     expected = gradients(copy.deepcopy(initial), inputs)
     reference = fp64_gradients(initial, inputs)
@@ -282,7 +284,9 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict)
     for step in steps.values():
         for _ in range(settings.warmup):
             step()
-    samples = alternate(steps, settings.repeat)
+    calibrate = steps.get("eager") or next(iter(steps.values()), None)
+    number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7))) if calibrate else 1
+    samples = alternate(steps, settings.repeat, number)
     for cell in cells:
         if cell.backend in samples and cell.status == "ok":
             cell.runs_s = samples[cell.backend]["seconds"]
