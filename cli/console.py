@@ -124,11 +124,38 @@ def err():
     return _err
 
 
+_json_target: Optional[tuple] = None   # (path, schema) of the running command's --json, until written
+
+
+def json_on_failure(path: Optional[str], schema: str) -> None:
+    """Make `fail` write the command's --json document (status "error", the exit code, the
+    message) when it stops the command before the command wrote one itself."""
+    global _json_target
+    _json_target = (path, schema) if path else None
+
+
 def fail(message: str, code: str = "bad_input") -> NoReturn:
-    """Print a one-paragraph error and exit with the named code."""
+    """Print a one-paragraph error and exit with the named code (writing the command's --json
+    document first when it has none yet: --json gets a document on every path)."""
+    global _json_target
     from rich.markup import escape
     err().print(f"[bold red]error:[/] {escape(message)}")
+    target, _json_target = _json_target, None
+    if target is not None:
+        _write_quietly(target[0], {"schema": target[1], "version": 1, "status": "error",
+                                   "exit_code": exit_code(code), "cause": code, "error": message})
     sys.exit(exit_code(code))
+
+
+def _write_quietly(path: str, doc: dict) -> None:
+    """Best effort: when --json itself is what failed, the message already says so."""
+    text = json.dumps(doc, indent=2) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    with contextlib.suppress(OSError):
+        with open(path, "w") as f:
+            f.write(text)
 
 
 def write_json(path: Optional[str], payload: dict, schema: str, version: int = 1) -> None:
@@ -136,8 +163,10 @@ def write_json(path: Optional[str], payload: dict, schema: str, version: int = 1
     `path` atomically. Commands check the path up front (common.check_output_file); a write that
     still fails (disk full, folder removed meanwhile) is one error line and the `usage` code,
     never a traceback, and leaves no partial file."""
+    global _json_target
     if not path:
         return
+    _json_target = None
     doc = {"schema": schema, "version": version, **payload}
     text = json.dumps(doc, indent=2, sort_keys=False, default=str)
     if path == "-":

@@ -67,6 +67,8 @@ def guarded(name: str, command: click.Command) -> click.Command:
     @functools.wraps(callback)
     def run(*args, **params):
         from tdbg.cli.common import check_environment
+        from tdbg.cli.console import json_on_failure
+        json_on_failure(params.get("json_path"), f"tdbg.{name}")
         # tdbg's compiler (whose cache folder must then be writable) runs only for backend inductor
         check_environment(uses_compiler=params.get("backend", IMPLICIT_BACKEND.get(name)) == "inductor")
         with _Interrupt(name, params):

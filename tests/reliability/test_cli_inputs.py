@@ -144,3 +144,18 @@ def test_the_test_session_removes_only_its_own_cache(tmp_path, given):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [n for n in os.listdir(root) if n.startswith("tdbg")] == []
     assert (tmp_path / "mine").is_dir() == given
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("env, args, code", [
+    ({"TDBG_INJECT_BUG": "nope"}, (SCRIPT,), 3),                 # stopped by the environment check
+    ({}, ("examples/no_such_script.py",), 3),                    # stopped by the command's own check
+])
+def test_json_is_written_when_the_command_stops_on_bad_input(tmp_path, command, env, args, code):
+    if command == "profile" and args == (SCRIPT,):
+        args = (SCRIPT, "--backend", "inductor")
+    path = tmp_path / "out.json"
+    result, text = _invoke([command, *args, "--json", str(path)], env=env)
+    assert result.exit_code == code, text
+    doc = json.loads(path.read_text())
+    assert (doc["schema"], doc["exit_code"]) == (f"tdbg.{command}", code)
