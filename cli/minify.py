@@ -37,9 +37,12 @@ PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "suc
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Per query: a candidate running longer counts as a hang. SCRIPT mode: the capture run gets 10x.")
 @click.option("--max-queries", type=int, metavar="N", help="Stop shrinking after N queries.")
+@click.option("--memory-limit", metavar="SIZE", callback=lambda ctx, param, value: _memory_limit(value),
+              help="Per query: memory a candidate may allocate beyond the warm worker (4G, 512M, 25%, "
+                   "none); past it the query is out_of_memory. Default: half the RAM.")
 @common.json_option
 def minify(target, args, after, level, backend, out_dir, check_str, tolerance, ignore_non_fp, timeout,
-           max_queries, json_path):
+           max_queries, memory_limit, json_path):
     """Shrink a failing graph and write standalone repro files.
 
     TARGET is a minifier_launcher.py / repro.py (or the directory holding one), or a SCRIPT: then
@@ -73,7 +76,7 @@ def minify(target, args, after, level, backend, out_dir, check_str, tolerance, i
     work = _work_dir(out_dir)
     try:
         code = _run(target, list(args), after, level, backend, work, check_str, tolerance, ignore_non_fp,
-                    timeout, max_queries, doc, dump_mode)
+                    timeout, max_queries, memory_limit, doc, dump_mode)
         _move_into_place(work, out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)   # only left when interrupted or failed
@@ -121,10 +124,22 @@ def _move_into_place(work: str, out_dir: str) -> None:
     os.rename(work, out_dir)
 
 
+def _memory_limit(text):
+    """--memory-limit: None when not given (the pool's default), else bytes or "none" (no limit)."""
+    if text is None:
+        return None
+    from tdbg.minifier.runs.forkserver import parse_memory_limit
+    try:
+        return parse_memory_limit(text) or "none"
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 def _run(target, args, after, level, backend, work, check_str, tolerance, ignore_non_fp, timeout,
-         max_queries, doc, dump_mode) -> int:
+         max_queries, memory_limit, doc, dump_mode) -> int:
     from tdbg.minifier.reduce.workers import Pool
-    pool = Pool(timeout=timeout)  # warms up while the dump loads or the script runs
+    limit = {} if memory_limit is None else {"memory_limit": None if memory_limit == "none" else memory_limit}
+    pool = Pool(timeout=timeout, **limit)  # warms up while the dump loads or the script runs
     try:
         if dump_mode:
             dump = _load(target, doc)

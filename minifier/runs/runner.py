@@ -288,7 +288,10 @@ def _child(spec: dict) -> dict:
             from tdbg.minifier.artifacts.dump import wrap_backend
             from tdbg.minifier.artifacts.repro import new_run_dir
             repro = dict(repro, out_dir=repro.get("out_dir") or new_run_dir())
-            backend_fn = wrap_backend(backend, config=cfg, **repro)
+            try:
+                backend_fn = wrap_backend(backend, config=cfg, **repro)
+            except BackendError as e:   # e.g. --repro-after aot for a backend with no AOT stage
+                return _bad_input(str(e))
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],

@@ -113,3 +113,13 @@ def test_a_backend_warm_up_runs_once_per_server_in_the_server(pool, monkeypatch)
     pool.prepare("probe")
     pool.prepare("inductor")   # tdbg's own compiler: nothing to warm
     assert calls == [("os:getpid", False)]
+
+
+def test_minify_memory_limit_flag_parses_or_refuses():
+    from click.testing import CliRunner
+
+    from tdbg.cli.main import cli
+    from tdbg.cli.minify import _memory_limit
+    assert (_memory_limit(None), _memory_limit("none"), _memory_limit("512M")) == (None, "none", 512 << 20)
+    result = CliRunner().invoke(cli, ["minify", "examples/foo1.py", "--memory-limit", "3"])
+    assert result.exit_code == 2 and "is not a size of at least 64M" in result.output

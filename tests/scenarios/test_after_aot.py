@@ -61,3 +61,11 @@ def test_a_backend_without_an_aot_stage_is_refused_naming_after_dynamo(tmp_path)
     assert "Use --after dynamo" in proc.stderr and "mybackends:crashy" in proc.stderr
     assert (doc["exit_code"], doc["status"]) == (3, "error") and "Use --after dynamo" in doc["error"]
     assert not os.path.exists(tmp_path / "min")
+
+
+def test_run_repro_after_aot_refuses_a_backend_without_an_aot_stage_as_bad_input(tmp_path):
+    proc, doc = tdbg(["run", os.path.join(SCRIPTS, "uses_sin.py"), "--repro-after", "aot",
+                      "--backend", "mybackends:crashy", "--out", str(tmp_path / "dump")], tmp_path,
+                     env={"PYTHONPATH": SCRIPTS})
+    assert proc.returncode == 3, proc.stdout + proc.stderr    # was 70: "a bug in tdbg"
+    assert doc["verdict"]["stage"] == "bad_input" and "Use --after dynamo" in doc["verdict"]["error"]["message"]
