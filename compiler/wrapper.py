@@ -47,12 +47,18 @@ def load_kernels(sources: dict, nargs: dict, config=None) -> dict:
 
 def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
     """`t` when its strides already are `stride` (ignoring size-1 dims) or it is no tensor (an
-    effect token), else a copy that has them."""
+    effect token), else a copy that has them. A stride of 0 over a dim of size > 1 (the graph
+    traced an expand there, so `t` is constant along it) cannot be written by a copy: its first
+    slice is copied and expanded back."""
     if not isinstance(t, torch.Tensor) or all(s == e or n == 1 for s, e, n in zip(t.stride(), stride, t.shape)):
         return t
-    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
+    source = t
+    for dim, (s, n) in enumerate(zip(stride, t.shape)):
+        if s == 0 and n > 1:
+            source = source.narrow(dim, 0, 1)
+    out = torch.empty_strided(source.shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(source)
+    return out if source is t else out.as_strided(t.shape, stride)
 
 
 POOL_MIN_BYTES = 1 << 20    # smaller outputs: the allocator's heap reuse already avoids page faults

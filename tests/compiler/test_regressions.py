@@ -61,3 +61,33 @@ def test_variance_of_huge_equal_values_does_not_overflow():
                         torch.utils._pytree.tree_leaves(stats(y.double()))):
         torch.testing.assert_close(got, ref.float(), rtol=1e-5, atol=1e-4)
     torch._dynamo.reset()
+
+
+class _ExpandedIds(torch.nn.Module):
+    """BERT's token-type ids: a gather of a buffer expanded over the batch (stride 0), saved for
+    the embedding's backward (tests/scenarios/scripts/expanded_saved_ids.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(4, 8)
+        self.register_buffer("types", torch.arange(64).remainder(4).unsqueeze(0))
+        self.register_buffer("pos", torch.arange(64).expand(1, -1))
+
+    def forward(self, x):
+        ids = torch.gather(self.types.expand(1, -1), 1, self.pos[:, :16]).expand(x.shape[0], 16)
+        return (self.emb(ids) * x).sum()
+
+
+def test_saved_expanded_input_restrided_to_stride_zero():
+    """The backward asked for the saved ids with strides (0, 1); restride copied into that
+    overlapping layout and torch refused ("more than one element of the written-to tensor refers
+    to a single memory location"). Found by the model zoo on tiny BERT's training step."""
+    torch.manual_seed(0)
+    check_model(_ExpandedIds(), [torch.randn(2, 16, 8)], check_grad=True)
+
+
+def test_restride_to_an_expanded_layout_keeps_the_values():
+    from tdbg.compiler.wrapper import restride
+    t = torch.arange(16).reshape(1, 16).expand(3, 16).contiguous()
+    out = restride(t, (0, 1))
+    assert out.stride() == (0, 1) and torch.equal(out, t)
