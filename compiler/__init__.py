@@ -162,7 +162,9 @@ def _node_traces(gm) -> dict:
 
 
 def _first_trace(traces: dict, names) -> str:
-    return next((traces[n] for n in names if n in traces), "")
+    """The stack trace of the earliest of `names` in graph order (`traces` is in that order)."""
+    names = set(names)
+    return next((trace for n, trace in traces.items() if n in names), "")
 
 
 STAGES = [
