@@ -32,11 +32,11 @@ PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "suc
               help="SCRIPT mode: eager, aot_eager, inductor, torch:NAME, module:function or file.py:function.")
 @click.option("--out", "out_dir", metavar="DIR", help="Output directory (default tdbg_repro/<time>/); must be new or empty.")
 @click.option("--check-str", metavar="TEXT", help="Only failures whose message contains TEXT count.")
-@click.option("--tolerance", type=float, help="Accuracy: rtol = atol = this for every float dtype.")
+@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), help="Accuracy: rtol = atol = this for every float dtype.")
 @click.option("--ignore-non-fp", is_flag=True, help="Accuracy: skip non-floating-point outputs.")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, metavar="SECONDS",
               help="Per query: a candidate running longer counts as a hang. SCRIPT mode: the capture run gets 10x.")
-@click.option("--max-queries", type=int, metavar="N", help="Stop shrinking after N queries.")
+@click.option("--max-queries", type=click.IntRange(min=1), metavar="N", help="Stop shrinking after N queries.")
 @click.option("--memory-limit", metavar="SIZE", callback=lambda ctx, param, value: _memory_limit(value),
               help="Per query: memory a candidate may allocate beyond the warm worker (4G, 512M, 25%, "
                    "none); past it the query is out_of_memory. Default: half the RAM.")

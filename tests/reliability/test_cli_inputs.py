@@ -159,3 +159,11 @@ def test_json_is_written_when_the_command_stops_on_bad_input(tmp_path, command, 
     assert result.exit_code == code, text
     doc = json.loads(path.read_text())
     assert (doc["schema"], doc["exit_code"]) == (f"tdbg.{command}", code)
+
+
+@pytest.mark.parametrize("option, value", [("--tolerance", "-1"), ("--tolerance", "0"), ("--max-queries", "0"),
+                                           ("--timeout", "0"), ("--timeout", "-1")])
+def test_minify_refuses_values_out_of_range_before_any_work(tmp_path, option, value):
+    result, text = _invoke(["minify", SCRIPT, option, value, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in text
+    assert not (tmp_path / "out").exists()
