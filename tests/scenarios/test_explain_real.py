@@ -1,18 +1,15 @@
 """`tdbg explain` on real scripts: recompiles counted under the real backend (torch:inductor adds a
 guard of its own), a NumPy .item() break in the right words, the break that stopped a fullgraph=True
 run, and a JSON document on every path. Each scenario runs once, all at the same time."""
-import json
-import os
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tdbg.cli.console import exit_code
+from test_bisect_backend import ROOT, run_tdbg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S = "tests/scenarios/scripts"
 SCENARIOS = {
     "recompiles": ["explain", f"{S}/inductor_recompiles.py", "--max-recompiles", "1"],   # torch:inductor
@@ -20,18 +17,6 @@ SCENARIOS = {
     "numpy_item": ["explain", f"{S}/numpy_item_break.py", "--backend", "eager"],
     "missing": ["explain", f"{S}/no_such_script.py"],
 }
-
-
-def run_tdbg(args):
-    """(exit code, stdout + stderr, JSON document or None) of the real CLI."""
-    with tempfile.TemporaryDirectory(prefix="tdbg-scenario-") as tmp:
-        path = os.path.join(tmp, "out.json")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TDBG_", "TORCH_BISECT_"))
-               or k == "TDBG_CACHE_DIR"}
-        proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *args, "--json", path], cwd=ROOT,
-                              env=dict(env, COLUMNS="200"), capture_output=True, text=True, timeout=900)
-        doc = json.load(open(path)) if os.path.exists(path) else None
-    return proc.returncode, proc.stdout + proc.stderr, doc
 
 
 @pytest.fixture(scope="module")
