@@ -45,8 +45,11 @@ class CompiledGraph:
     """`compiled(*args)` returns what the aten graph returns; see module docstring."""
 
     def __init__(self, name, call, spec, *, kernels=(), lowered_nodes=(), fallback_targets=(),
-                 source_code="", debug_dir=None, kind="inference", node_traces=None):
+                 source_code="", debug_dir=None, kind="inference", node_traces=None, kernel_nodes=None):
         self.name, self._call, self._spec, self.kind = name, call, spec, kind
+        # kernel name -> the FX nodes it computes, in kernel order (a node inlined into several
+        # kernels is listed under each): how `tdbg compare` names the kernel of a diverging node
+        self.kernel_nodes = {k: list(v) for k, v in (kernel_nodes or {}).items()}
         self.node_traces = dict(node_traces or {})   # FX node name -> its stack trace (user lines)
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
@@ -237,7 +240,8 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
              len(fallback_targets))
     return CompiledGraph(graph_name, c.call, spec, kernels=[k.name for k in c.kernels], lowered_nodes=lowered,
                          fallback_targets=fallback_targets, source_code=c.source_code,
-                         debug_dir=trace.path if trace else None, kind=kind, node_traces=_node_traces(c.gm))
+                         debug_dir=trace.path if trace else None, kind=kind, node_traces=_node_traces(c.gm),
+                         kernel_nodes={k.name: k.fx_nodes for k in c.kernels})
 
 
 def _data_dependent(gm) -> bool:
