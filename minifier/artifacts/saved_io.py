@@ -232,6 +232,7 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
         gm = trace_source(source, source_path)
     except Exception as e:  # any error in a damaged source file: the file is unusable, say which
         raise SavedIOError(f"{source_path} does not load as a graph ({type(e).__name__}: {e}).") from None
+    _rename(gm, meta.get("nodes"))
     where = f"{name}/{META}"
     try:
         inputs = [read_value(folder, r, f"{where} input") for r in meta["inputs"]]
@@ -245,6 +246,21 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
         raise SavedIOError(f"{source_path} takes {placeholders} inputs but {meta_path} lists {len(inputs)}.")
     return SavedGraph(name, meta.get("kind", ""), folder, gm, expected, compiled,
                       dict(meta.get("node_sources") or {}), meta, source, inputs)
+
+
+def _rename(gm, names) -> None:
+    """Give the traced graph's nodes the names they had when saved (node_sources, kernel names
+    and reports use them); tracing the source names nodes after their ops instead."""
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    if not isinstance(names, list) or len(names) != len(nodes):
+        return
+    for node in nodes:   # free the saved names first: one may be another node's current name
+        node._rename(f"_tdbg_tmp_{node.name}")
+    for node, name in zip(nodes, names):
+        node._rename(str(name))
+        if node.op == "placeholder":
+            node.target = node.name
+    gm.recompile()
 
 
 # ---------------------------------------------------------------- writing
@@ -296,7 +312,8 @@ class Writer:
                 "expected": [write_value(folder, f"out[{i}]", v) for i, v in enumerate(expected or [])],
                 "compiled": None if compiled is None else
                 [write_value(folder, f"out[{i}]", v) for i, v in enumerate(compiled)],
-                "compiled_error": compiled_error, "node_sources": node_sources, "replay": replay,
+                "compiled_error": compiled_error,
+                "nodes": [n.name for n in case.gm.graph.nodes if n.op != "output"], "node_sources": node_sources, "replay": replay,
                 "tolerances": {str(k).replace("torch.", ""): list(v) for k, v in TOLERANCES.items()},
                 "timing": None}
         with open(os.path.join(folder, GRAPH_SOURCE), "w") as f:
