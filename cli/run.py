@@ -44,10 +44,20 @@ MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 @click.option("--repro-level", type=click.IntRange(1, 4), help="1 repro.py on compile failure, 2 launcher on failure, "
               "3 launcher before every compile, 4 accuracy check and dump on mismatch (default 2).")
 @click.option("--out", "out_dir", metavar="DIR", help="Directory for repro files (default tdbg_repro/<time>/).")
+@click.option("--save-io", "save_io", metavar="DIR",
+              help="Save every compiled graph (aten graphs after AOTAutograd, forward and backward, when the "
+                   "backend has an AOT stage; else Dynamo's graph) with its real inputs, eager outputs and compiled "
+                   "outputs, at each call with a new input signature, into the new folder DIR "
+                   "(see `tdbg replay`, `tdbg diff`).")
+@click.option("--profile", "profile_io", is_flag=True,
+              help="With --save-io: also save each graph's median compiled call time (for `tdbg diff`).")
+@click.option("--kernel-tests", "kernel_tests", metavar="DIR",
+              help="Write one pytest file per compiled kernel into the new folder DIR (from the graphs --save-io "
+                   "saves; a temporary folder when --save-io is not given).")
 @common.timeout_option(None)
 @common.json_option
 def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, check_calls, repro_after,
-        repro_level, out_dir, timeout, json_path):
+        repro_level, out_dir, save_io, profile_io, kernel_tests, timeout, json_path):
     """Run SCRIPT as __main__ (with its own ARGS after --), every torch.compile using --backend.
 
     On failure: which stage broke, the user's source line, the FX node and kernel when known, the
@@ -59,6 +69,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     _check_values(check_accuracy, check_calls, function)
     common.check_output_file(json_path, "--json")
     common.check_output_dir(out_dir, "--out")
+    _check_save_io(save_io, profile_io, kernel_tests, repro_after)
     common.check_backend(backend)
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
@@ -71,10 +82,14 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
                          check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
                          timeout=timeout, stdout_to_stderr=json_path == "-")
-    with doing(f"the run of {script} with backend {backend}"):
-        verdict = run_script(request)
-    verdict["timeout"] = timeout
-    code, commands = _outcome(verdict, script, args, backend, function)
+    with _io_folder(save_io, kernel_tests) as io_dir:
+        request.save_io, request.save_io_profile = io_dir, profile_io
+        with doing(f"the run of {script} with backend {backend}"):
+            verdict = run_script(request)
+        verdict["timeout"] = timeout
+        code, commands = _outcome(verdict, script, args, backend, function)
+        if kernel_tests:
+            verdict["kernel_tests"] = _kernel_tests(io_dir, kernel_tests, verdict)
     render(verdict, script, backend, code, commands)
     write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                            "options": {"fullgraph": fullgraph, "function": function, "check_accuracy": check_accuracy,
@@ -92,6 +107,42 @@ def _check_values(check_accuracy: bool, check_calls, function) -> None:
     if function is not None and not function.isidentifier():
         fail(f"--function {function!r}: give the name of a Python function (an identifier), e.g. --function forward.",
              "usage")
+
+
+def _check_save_io(save_io, profile_io: bool, kernel_tests, repro_after) -> None:
+    """--save-io / --kernel-tests folders must be new or empty, before any work."""
+    if profile_io and not save_io:
+        fail("--profile times the graphs --save-io saves; add --save-io DIR.", "usage")
+    if (save_io or kernel_tests) and repro_after:
+        fail("--save-io and --kernel-tests cannot be combined with --repro-after (both hook the backend's "
+             "compiler); run them separately.", "usage")
+    common.check_output_dir(save_io, "--save-io")
+    common.check_output_dir(kernel_tests, "--kernel-tests")
+    if save_io and kernel_tests and os.path.abspath(save_io) == os.path.abspath(kernel_tests):
+        fail("--save-io and --kernel-tests need two different folders.", "usage")
+
+
+def _io_folder(save_io, kernel_tests):
+    """The folder graphs are saved in: --save-io's, else (for --kernel-tests) a temporary one."""
+    import contextlib
+    import tempfile
+    if save_io or not kernel_tests:
+        return contextlib.nullcontext(save_io)
+    return tempfile.TemporaryDirectory(prefix="tdbg-save-io-")
+
+
+def _kernel_tests(io_dir: str, out_dir: str, verdict: dict) -> dict:
+    """Write the kernel tests from the saved folder (diagnose/kernel_tests.py): {"dir", "files",
+    "kernels"} or {"error"} when the saved graphs cannot give tests (the run's verdict stands)."""
+    from tdbg.minifier.diagnose.kernel_tests import write_kernel_tests
+    from tdbg.compiler.errors import TdbgError
+    if not (verdict.get("save_io") or {}).get("graphs"):
+        return {"dir": out_dir, "error": "no graph was saved, so there is no kernel to test"}
+    try:
+        result = write_kernel_tests(io_dir, out_dir)
+    except TdbgError as e:
+        return {"dir": out_dir, "error": str(e)}
+    return {"dir": out_dir, "files": list(result.files), "kernels": int(result.kernels)}
 
 
 def _split_logs(spec: str):
@@ -177,6 +228,7 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
             for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
         _debug_line(verdict)
+        _save_io_lines(verdict)
         return
     err = verdict.get("error") or {}
     stage = verdict.get("stage")
@@ -189,6 +241,7 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     for key, value in rows:
         _row(c, key, value)
     _debug_line(verdict)
+    _save_io_lines(verdict)
     if commands:
         c.print("[bold]Next:[/]")
         for command in commands:
@@ -222,3 +275,31 @@ def _debug_line(verdict: dict) -> None:
     for key, label in (("debug_dir", "debug dir"), ("repro_dir", "repro files")):
         if verdict.get(key):
             out().print(f"  [bold]{label}:[/] {verdict[key]}")
+
+
+def _save_io_lines(verdict: dict) -> None:
+    """What --save-io and --kernel-tests wrote (and what they could not)."""
+    from rich.markup import escape
+    saved, tests = verdict.get("save_io"), verdict.get("kernel_tests")
+    c = out()
+    if saved and tests is None or (saved and not str(saved.get("dir", "")).startswith(_tmp_prefix())):
+        names = saved.get("graphs") or []
+        timing = ", with timings" if saved.get("timings") else ""
+        c.print(f"  [bold]saved io:[/] {len(names)} graph call(s) in {escape(saved['dir'])}{timing}"
+                + (f": {escape(', '.join(names))}" if names else ""))
+        if saved.get("note"):
+            c.print(f"  [bold yellow]note:[/] {escape(saved['note'])}")
+        for skip in saved.get("skipped") or []:
+            c.print(f"  [bold yellow]not saved:[/] graph {skip['graph']} ({skip['kind']}) call {skip['call']}: "
+                    f"{escape(skip['reason'])}")
+    if tests:
+        if tests.get("error"):
+            c.print(f"  [bold yellow]kernel tests not written:[/] {escape(tests['error'])}")
+        else:
+            c.print(f"  [bold]kernel tests:[/] {len(tests['files'])} file(s) for {tests['kernels']} kernel(s) in "
+                    f"{escape(tests['dir'])} (run: pytest {escape(tests['dir'])})")
+
+
+def _tmp_prefix() -> str:
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), "tdbg-save-io-")

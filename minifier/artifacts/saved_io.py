@@ -265,19 +265,6 @@ def _rename(gm, names) -> None:
 
 # ---------------------------------------------------------------- writing
 
-def check_output_dir(directory: str) -> Optional[str]:
-    """A one-paragraph problem with `directory` as a new --save-io folder, or None (it may not
-    exist yet, or be empty: nothing a user made is overwritten)."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        return f"{directory!r} exists and is not a folder."
-    if os.path.isdir(directory) and os.listdir(directory):
-        return f"{directory!r} exists and is not empty; give a new or empty folder (nothing is overwritten)."
-    parent = os.path.dirname(os.path.abspath(directory))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        return f"{directory!r} cannot be created: {parent} is not a writable folder."
-    return None
-
-
 class Writer:
     """Writes one --save-io folder as a run goes: a graph folder per saved call, the manifest
     rewritten (atomically) after each, so a run that dies keeps what it saved."""

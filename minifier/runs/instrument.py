@@ -353,3 +353,124 @@ def compile_stage(exc: BaseException, backend_kind: str) -> str:
 def runtime_stage(exc: BaseException) -> str:
     typed = typed_error(exc)
     return typed.stage if typed is not None else "backend"
+
+
+# -- tdbg run --save-io -------------------------------------------------------------------------
+class IOSaver:
+    """`tdbg run --save-io DIR`: the backend to run, with every graph it compiles saved at each call
+    with a new input signature (checks.signature): real inputs, eager's outputs on the graph as it
+    was handed to the compiler, the compiled outputs (artifacts/saved_io.py writes the folder).
+
+    A backend with an AOT stage (aot_capture FAMILIES) is hooked there: forward, backward and
+    inference aten graphs are saved. Any other backend is wrapped whole: the Dynamo graph is saved
+    (kind "dynamo"; `after` says which). With `profile`, each saved signature's later compiled calls
+    are timed (the first, which may still compile or warm caches, only when it is the only one)."""
+
+    MAX_SIGNATURES = 20        # per graph: a graph called with ever new shapes is not saved forever
+    MAX_TIMED_CALLS = 50
+
+    def __init__(self, writer, backend, config, *, profile: bool = False):
+        from tdbg.minifier.reduce.oracle import backend_spec, config_fields
+        from tdbg.minifier.runs import aot_capture
+        self.writer, self.profile = writer, profile
+        self.backend = backend
+        self.count = 0
+        spec = {"backend": backend_spec(backend, getattr(backend, "name", None)), "config": config_fields(config)}
+        self.family = aot_capture.family_of(backend)
+        if self.family is not None:
+            self.after = "aot"
+            _, self.backend_fn = aot_capture.capture(backend, self._aot_hook, config)
+        else:
+            self.after = "dynamo"
+            self.backend_fn = self._dynamo_hook
+        self.spec = dict(spec, after=self.after)
+        self.timings: dict = {}    # saved graph name -> compiled call times (seconds)
+
+    def _aot_hook(self, gm, example_inputs, kind: str, compile_one):
+        snap, index = snapshot(gm), self._next()
+        compiled = compile_one(gm, example_inputs)
+        return self._wrap(compiled, snap, kind, index, dict(self.spec, aot={"family": self.family, "graph": kind}))
+
+    def _dynamo_hook(self, gm, example_inputs):
+        snap, index = snapshot(gm), self._next()
+        compiled = getattr(self.backend, "compiler_fn", self.backend)(gm, example_inputs)
+        return self._wrap(compiled, snap, "dynamo", index, self.spec)
+
+    def _next(self) -> int:
+        self.count += 1
+        return self.count - 1
+
+    def _wrap(self, compiled, snap, kind: str, index: int, replay: dict):
+        from tdbg.minifier.diagnose.checks import signature
+        saved: dict = {}   # signature -> saved graph name (or None: not saved)
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            sig = repr(signature(args))
+            if sig not in saved:
+                if len(saved) >= self.MAX_SIGNATURES:
+                    saved[sig] = None
+                    self.writer.skip(kind, index, calls[0], f"more than {self.MAX_SIGNATURES} input signatures")
+                    return compiled(*args)
+                saved[sig] = None
+                return self._save_call(compiled, snap, kind, index, calls[0], args, replay, sig, saved)
+            name = saved[sig]
+            if name is None or not self.profile or len(self.timings.get(name, ())) >= self.MAX_TIMED_CALLS:
+                return compiled(*args)
+            import time
+            start = time.perf_counter()
+            result = compiled(*args)
+            self.timings.setdefault(name, []).append(time.perf_counter() - start)
+            return result
+        return run
+
+    def _save_call(self, compiled, snap, kind, index, call, args, replay, sig, saved):
+        import time
+
+        import torch
+
+        from tdbg.minifier.diagnose.accuracy import flatten
+        from tdbg.minifier.diagnose.checks import _clones
+        before = _clones(args)
+        rng = torch.get_rng_state()
+        try:
+            with torch.no_grad():
+                expected = [v for _, v in flatten(snap(*_clones(before)))]
+        except Exception as e:  # eager cannot run the graph: nothing to save as its truth
+            torch.set_rng_state(rng)
+            self.writer.skip(kind, index, call, f"eager failed on the graph: {type(e).__name__}: {e}")
+            return compiled(*args)
+        torch.set_rng_state(rng)
+        start = time.perf_counter()
+        try:
+            actual = compiled(*args)
+        except BaseException as e:
+            self._write(kind, index, call, snap, before, expected, None, f"{type(e).__name__}: {e}", replay, sig, saved)
+            raise
+        seconds = time.perf_counter() - start
+        outputs = [v.detach() if isinstance(v, torch.Tensor) else v for _, v in flatten(actual)]
+        name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved)
+        if name and self.profile:
+            self.first_call_s = getattr(self, "first_call_s", {})
+            self.first_call_s[name] = seconds
+        return actual
+
+    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved):
+        try:
+            name = self.writer.add(kind=kind, graph=index, call=call, gm=snap, inputs=inputs, expected=expected,
+                                   compiled=compiled, compiled_error=error, replay=replay, signature=sig,
+                                   node_sources={n.name: node_source(n, is_user_file) for n in snap.graph.nodes
+                                                 if n.op.startswith("call_") and node_source(n, is_user_file)})
+        except Exception as e:  # the user's run goes on; the manifest says what was not saved
+            self.writer.skip(kind, index, call, f"saving failed: {type(e).__name__}: {e}")
+            return None
+        saved[sig] = name
+        return name
+
+    def finish(self) -> None:
+        """Write the timings (median of the timed calls, else the saved call alone) and the manifest."""
+        if self.profile:
+            for name, first in getattr(self, "first_call_s", {}).items():
+                self.writer.set_timing(name, self.timings.get(name) or [first])
+        self.writer.finish()

@@ -56,6 +56,11 @@ class RunRequest:
     capture: bool = False                # keep the script's stdout/stderr (tails go in the verdict)
     stdout_to_stderr: bool = False       # not captured: the script's stdout goes to our stderr
     env: dict = field(default_factory=dict)   # set in the child before anything else (e.g. a backend's own knobs)
+    # --save-io DIR: every compiled graph's inputs and outputs saved there (instrument.IOSaver);
+    # the folder must be new or empty (the CLI checks before any work). With `save_io_profile`,
+    # compiled call times are saved too.
+    save_io: Optional[str] = None
+    save_io_profile: bool = False
 
 
 def check_script(path: str) -> Optional[str]:
@@ -104,7 +109,8 @@ def run_script(req: RunRequest, pool=None) -> dict:
 def _run_in(tmp: str, req: RunRequest, pool) -> dict:
     paths = {k: os.path.join(tmp, f"{k}") for k in ("spec.json", "events.jsonl", "status.json", "verdict.json",
                                                    "stdout.txt", "stderr.txt")}
-    spec = dict(asdict(req), script=os.path.abspath(req.script), events=paths["events.jsonl"],
+    spec = dict(asdict(req), script=os.path.abspath(req.script), script_given=req.script,
+                save_io=os.path.abspath(req.save_io) if req.save_io else None, events=paths["events.jsonl"],
                 status=paths["status.json"],
                 verdict=paths["verdict.json"], stdout=paths["stdout.txt"], stderr=paths["stderr.txt"])
     with open(paths["spec.json"], "w") as f:
@@ -277,13 +283,22 @@ def _child(spec: dict) -> dict:
     if spec["torch_logs"]:
         import torch._logging
         torch._logging.set_logs(**spec["torch_logs"])
-    backend_fn, kind = None, ""
+    backend_fn, kind, saver = None, "", None
+    if spec.get("save_io") and repro:
+        return _bad_input("--save-io cannot be combined with repro dumping (--repro-after, TDBG_REPRO_AFTER): "
+                          "both hook the backend's compiler; run them separately.")
     if spec["backend"]:
         try:
             backend = resolve(spec["backend"], cfg, script=script)
         except BackendError as e:
             return _bad_input(str(e))
         backend_fn, kind = backend.compiler_fn, backend.kind
+        if spec.get("save_io"):
+            from tdbg.minifier.artifacts.saved_io import Writer
+            writer = Writer(spec["save_io"], {"backend": spec["backend"], "script": spec.get("script_given") or script})
+            saver = instrument.IOSaver(writer, backend, cfg, profile=spec.get("save_io_profile", False))
+            writer.manifest["after"] = saver.after
+            backend_fn = saver.backend_fn
         if repro:
             from tdbg.minifier.artifacts.dump import wrap_backend
             from tdbg.minifier.artifacts.repro import new_run_dir
@@ -313,11 +328,24 @@ def _child(spec: dict) -> dict:
     finally:
         sys.argv, sys.path[0], sys.modules["__main__"] = saved
     verdict = _verdict(session, exc, exit_code, script, cfg)
+    if saver is not None:
+        saver.finish()
+        verdict["save_io"] = _save_io_summary(saver, spec["backend"])
     if repro and os.path.isdir(repro["out_dir"]) and os.listdir(repro["out_dir"]):
         verdict["repro_dir"] = os.path.abspath(repro["out_dir"])
     verdict["config"] = json.loads(cfg.to_json())
     verdict["default_config"] = json.loads(tdbg_config.Config().to_json())
     return verdict
+
+
+def _save_io_summary(saver, backend: str) -> dict:
+    """What --save-io saved, for the verdict (and what it could not save, and why)."""
+    manifest = saver.writer.manifest
+    note = None if saver.after == "aot" else (
+        f"backward graphs were not saved: backend {backend} has no AOT stage tdbg can hook, so each Dynamo "
+        "graph was saved whole (kind dynamo)")
+    return {"dir": saver.writer.directory, "after": saver.after, "graphs": [g["name"] for g in manifest["graphs"]],
+            "skipped": manifest["skipped"], "timings": manifest["timings"], "note": note}
 
 
 def _repro_from_env(tdbg_config) -> Optional[dict]:

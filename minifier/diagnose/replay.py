@@ -1,0 +1,175 @@
+"""Rerun one saved graph (a `tdbg run --save-io` folder) alone and judge it against the saved
+eager outputs: what `tdbg replay` runs.
+
+`replay(graph, backend=None)` compiles the saved graph the way the run did (the replay spec saved
+with it: an aten graph goes to the backend's own per-graph compiler, as `--after aot` repro files
+and the minifier's queries do, through repro_templates/runtime.py compile_graph; a Dynamo graph to
+the backend whole), or with another backend (`eager` runs the graph uncompiled), runs it on the
+saved inputs and compares with the saved eager outputs (diagnose/accuracy.py: float64 reference,
+per-dtype tolerances). The result is a verdict like `tdbg run`'s: status, stage (the compiler
+stage that failed, `accuracy`, `backend`), error {type, message, fx_node, source}.
+
+The saved run's thread count is used while replaying (reductions may round differently with
+another), so `--backend eager` reproduces the saved eager outputs bit for bit; `max_abs_error`
+is reported even when the outputs pass, so that is visible.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from tdbg.minifier.artifacts.saved_io import SavedGraph, SavedIOError, read_manifest
+
+
+@dataclass
+class Replay:
+    """The verdict of one replayed graph (JSON-safe through `to_dict`)."""
+    graph: str
+    kind: str
+    backend: str
+    status: str = "ok"                 # ok | failed
+    stage: Optional[str] = None        # a stage of console.EXIT_CODES when failed
+    outputs: int = 0
+    max_abs_error: Optional[float] = None   # over float outputs vs the saved eager outputs
+    mismatches: list = field(default_factory=list)
+    error: Optional[dict] = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def recorded_backend(graph: SavedGraph) -> str:
+    """The backend name the run used for this graph (the manifest's `backend`)."""
+    backend = (graph.replay_spec.get("backend") or {})
+    return backend.get("name") or _manifest(graph).get("backend") or "inductor"
+
+
+def replay(graph: SavedGraph, backend: Optional[str] = None) -> Replay:
+    """Compile and run `graph` with `backend` (None: the recorded one; "eager": uncompiled) on its
+    saved inputs; judge the outputs against the saved eager ones. Never raises for the graph's own
+    failures (they are the verdict); raises SavedIOError when the backend cannot be loaded."""
+    import torch
+    name = backend or recorded_backend(graph)
+    result = Replay(graph.name, graph.kind, name)
+    threads = _manifest(graph).get("threads")
+    saved_threads = torch.get_num_threads()
+    if isinstance(threads, int) and threads > 0:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    try:
+        _replay(graph, name, backend is None, result)
+    finally:
+        torch.set_num_threads(saved_threads)
+        result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> None:
+    import torch
+
+    from tdbg.minifier.diagnose.accuracy import compare, flatten, fp64_reference
+    from tdbg.repro_templates import runtime
+    inputs = graph.inputs
+    with torch.no_grad():
+        if name == "eager":
+            compiled = graph.gm
+        else:
+            spec = graph.replay_spec if recorded else _spec_for(name, graph)
+            with runtime._config_scope(spec):
+                try:
+                    compiled = runtime.compile_graph(graph.gm, inputs, spec, _folder(spec))
+                except runtime.CannotRun as e:
+                    raise SavedIOError(f"graph {graph.name} cannot be compiled with backend {name} here: {e}") from None
+                except Exception as e:  # the compiler's failure is the verdict
+                    return _failed(result, _stage(e, name), e, "compile")
+        try:
+            actual = [v for _, v in flatten(compiled(*graph.inputs))]
+        except Exception as e:
+            return _failed(result, _stage(e, name), e, "run")
+    result.outputs = len(graph.expected)
+    result.max_abs_error = _max_error(graph.expected, actual)
+    found = compare(graph.expected, actual)
+    if found:
+        found = compare(graph.expected, actual, fp64_reference(graph.gm, graph.inputs))
+    if found:
+        result.status, result.stage = "failed", "accuracy"
+        result.mismatches = [m.to_dict() for m in found]
+        nodes = _output_nodes(graph)
+        fx = [nodes.get(m.output) for m in found if nodes.get(m.output)]
+        result.error = {"type": "AccuracyError", "during": "run",
+                        "message": f"graph {graph.name}: outputs differ from the saved eager outputs:\n" +
+                                   "\n".join(f"  {m.output} ({m.dtype}{list(m.shape)}): {m.message}" for m in found),
+                        "fx_node": ", ".join(dict.fromkeys(fx)) or None,
+                        "source": next((graph.node_sources.get(n) for n in fx if graph.node_sources.get(n)), None)}
+
+
+def _spec_for(name: str, graph: SavedGraph) -> dict:
+    """The runtime.py spec compiling `graph` with backend `name` (default tdbg config): an aten
+    graph through the backend's own AOT stage when it is of the family that made the graph
+    (its decompositions are the ones that backend expects), else given to the backend whole
+    (which then runs its own AOTAutograd and decompositions on it)."""
+    from tdbg.compiler import config as tdbg_config
+    from tdbg.minifier.runs import aot_capture
+    from tdbg.minifier.runs.backends import BackendError, resolve
+    try:
+        resolved = resolve(name, tdbg_config.from_env())
+    except BackendError as e:
+        raise SavedIOError(str(e)) from None
+    spec = {"backend": {"kind": "named", "name": name}, "config": {}}
+    family = aot_capture.family_of(resolved)
+    made_by = (graph.replay_spec.get("aot") or {}).get("family")
+    if graph.kind != "dynamo" and family is not None and family == made_by:
+        return dict(spec, after="aot", aot={"family": family, "graph": graph.kind})
+    return dict(spec, after="dynamo")
+
+
+def _folder(spec: dict) -> str:
+    return (spec.get("backend") or {}).get("root") or os.getcwd()
+
+
+def _stage(e: BaseException, backend: str) -> str:
+    from tdbg.minifier.runs.instrument import typed_error
+    typed = typed_error(e)
+    return typed.stage if typed is not None and typed.stage != "internal" else "backend"
+
+
+def _failed(result: Replay, stage: str, e: BaseException, during: str) -> None:
+    from tdbg.minifier.runs.instrument import typed_error
+    typed = typed_error(e)
+    evidence = typed.evidence() if typed is not None else {}
+    lines = str(evidence.get("message") or e).strip().splitlines()
+    result.status, result.stage = "failed", stage
+    result.error = {"type": type(typed or e).__name__, "during": during,
+                    "message": "\n".join(lines[:12] + ([f"... ({len(lines) - 12} more lines)"] if len(lines) > 12 else [])),
+                    "fx_node": evidence.get("fx_node") or None, "kernel": evidence.get("kernel") or None,
+                    "source": None}
+
+
+def _max_error(expected: list, actual: list) -> Optional[float]:
+    import torch
+    worst = None
+    for e, a in zip(expected, actual):
+        if isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor) and e.is_floating_point() \
+                and e.shape == a.shape and a.dtype == e.dtype and e.numel():
+            err = float((a.double() - e.double()).abs().nan_to_num(nan=float("inf")).max())
+            same_nan = torch.equal(e.isnan(), a.isnan())
+            err = err if same_nan else float("inf")
+            worst = err if worst is None else max(worst, err)
+    return worst
+
+
+def _output_nodes(graph: SavedGraph) -> dict:
+    """"out[i]" -> the name of the node producing output i."""
+    from tdbg.minifier.diagnose.accuracy import flatten
+    output = next(n for n in graph.gm.graph.nodes if n.op == "output")
+    return {path: node.name for path, node in flatten(output.args[0]) if hasattr(node, "name")}
+
+
+def _manifest(graph: SavedGraph) -> dict:
+    try:
+        return read_manifest(os.path.dirname(graph.path))
+    except SavedIOError:
+        return {}
