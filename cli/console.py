@@ -32,6 +32,7 @@ EXIT_CODES = {
     "backend": (19, "a backend failed in a way no more precise stage describes"),
     "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, ...)"),
     "not_reproduced": (21, "the failure did not happen, or did not happen the same way twice"),
+    "changed": (22, "tdbg diff: a graph's structure or outputs changed beyond tolerance between the two runs"),
     "internal": (70, "a bug in tdbg itself"),
     "interrupted": (130, "interrupted (Ctrl-C); child processes were stopped"),
 }

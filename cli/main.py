@@ -26,6 +26,8 @@ COMMANDS = {
     "minify": ("tdbg.cli.minify:minify", "Shrink a failing graph and write standalone repro files."),
     "explain": ("tdbg.cli.explain:explain", "Report graph breaks, recompiles and guards of a script."),
     "profile": ("tdbg.cli.profile:profile", "Time a script eager vs compiled and show where the time goes."),
+    "replay": ("tdbg.cli.replay:replay", "Rerun one graph saved by `run --save-io` alone; compare with its eager outputs."),
+    "diff": ("tdbg.cli.diff:diff", "Compare two `run --save-io` folders: changed graphs, outputs, timings."),
 }
 
 
