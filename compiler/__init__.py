@@ -81,6 +81,7 @@ class Compilation:
         self.graph = self.items = self.fusions = self.plan = self.kernels = None
         n = _number_of(name)
         self.source_code, self.call = "", None
+        self.stage_times = {}     # stage -> seconds (trace.timed_stage)
         self.number = n if n is not None else next(_compiled_counter)   # profiler names graph_<n>_...
 
 
@@ -225,13 +226,19 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
     if trace:
         from .wrapper import write_graph_files
         write_graph_files(trace, aten_gm, example_inputs)
+    from .trace import record_compilation, timed_stage
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     # AOTAutograd calls us inside its FakeTensorMode; under it every meta tensor lowering makes
     # (view strides, dtype promotion) costs ~1 ms instead of ~50 us. Nothing here needs fakes.
+    stage = None
     with unset_fake_temporarily():
-        for stage, fn in STAGES:
-            with (trace.stage(stage) if trace else contextlib.nullcontext()):
-                fn(c)
+        try:
+            for stage, fn in STAGES:
+                with (trace.stage(stage) if trace else contextlib.nullcontext()), timed_stage(c, stage):
+                    fn(c)
+            stage = None
+        finally:   # also when a stage raised: the debug folder and TORCH_TRACE get what exists
+            record_compilation(c, failed_stage=stage)
     lowered = [r["fx_node"] for r in c.graph.lowered]
     fallback_targets = [r["target"] for r in c.graph.fallbacks]
     if config.report_path:

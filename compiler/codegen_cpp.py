@@ -184,6 +184,7 @@ class CppKernel(ReductionCodegen):
         self.scratch = {}       # inner local node -> (store index, array element expression)
         self.status_nodes = []
         self.origin_stack = []
+        self.line_origins = {}  # emitted statement -> FX node name, for provenance.py
         self.counter = 0
         self.facts = [LoopFacts()]
         self.lane = None        # chunked outer reduction: scheduler.Lane
@@ -197,6 +198,8 @@ class CppKernel(ReductionCodegen):
         if origin is not None and origin is not self.block.last_origin:
             self.block.lines.append(f"// FX: {fx_line(origin)}")
             self.block.last_origin = origin
+        if origin is not None:
+            self.line_origins.setdefault(line, origin.name)
         self.block.lines.append(line)
 
     def cse(self, expr, dtype) -> CppVar:
@@ -467,6 +470,10 @@ class CppOps:
         return sympy.Symbol(var, integer=True)
 
     def inject_bug(self, kind, value, node):
+        with self.origin(node):     # the injected statement is the culprit node's own line (provenance)
+            return self._inject_bug(kind, value, node)
+
+    def _inject_bug(self, kind, value, node):
         name = optable.op_name(node.target)
         if kind == "compile_error":
             return self.k.cse(f"tdbg_injected_compile_error_{name}({value})", value.dtype)
@@ -503,6 +510,7 @@ class KernelInfo:
     status_nodes: list    # [(fx node name, message)] for status codes 1..n
     group_index: int
     fx_nodes: list
+    line_origins: dict = field(default_factory=dict)   # statement text -> FX node (provenance)
 
 
 def generate_kernels(items, buffers, config) -> list:
@@ -516,5 +524,5 @@ def generate_kernels(items, buffers, config) -> list:
         k = CppKernel(item.name, item, buffers, config)
         source = k.generate()
         kernels.append(KernelInfo(item.name, source, list(k.inputs) + list(k.outputs), k.status_nodes, pos,
-                                  [o.name for o in item.origins()]))
+                                  [o.name for o in item.origins()], k.line_origins))
     return kernels

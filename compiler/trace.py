@@ -144,3 +144,93 @@ class DebugTrace:
         finally:
             with open(os.path.join(self.path, "debug.log"), "a") as f:
                 f.write(f"{name} {time.perf_counter() - start:.6f}{failed}\n")
+
+
+# ---- PyTorch's structured trace (TORCH_TRACE) and the per-graph provenance files ----------
+# torch reads TORCH_TRACE itself and installs trace_log's handler; tdbg reads no variable here.
+
+def structured_trace_enabled() -> bool:
+    """True when PyTorch's structured trace (TORCH_TRACE=dir) is collecting records."""
+    from torch._logging._internal import trace_log
+    return bool(trace_log.handlers)
+
+
+@contextlib.contextmanager
+def timed_stage(c, name: str) -> Iterator[None]:
+    """Time one compile stage into `c.stage_times[name]`; under TORCH_TRACE also as a chromium
+    event `tdbg.<name>` (what Dynamo's `dynamo_timed` writes for Inductor's phases)."""
+    timer = contextlib.nullcontext()
+    if structured_trace_enabled():
+        from torch._dynamo.utils import dynamo_timed
+        timer = dynamo_timed(f"tdbg.{name}", log_pt2_compile_event=True)
+    start = time.perf_counter()
+    try:
+        with timer:
+            yield
+    finally:
+        c.stage_times[name] = time.perf_counter() - start
+
+
+def record_compilation(c, failed_stage: Optional[str] = None) -> None:
+    """After a graph's stages (also when one raised): with `config.debug`, write ir.txt,
+    kernels.cpp and provenance.json into its debug directory; under TORCH_TRACE, emit its
+    artifacts into the structured trace. Never raises: a debugging aid must not replace the
+    compile's own result or error (a failure here is logged on the `compiler` channel)."""
+    try:
+        if c.trace is not None:
+            _write_provenance(c)
+        if structured_trace_enabled():
+            _emit_structured(c, failed_stage)
+    except Exception as e:      # noqa: BLE001 - see docstring
+        get_logger("compiler").warning("%s: provenance/structured trace not recorded: %s: %s",
+                                       c.name, type(e).__name__, e)
+
+
+def _write_provenance(c) -> None:
+    from . import provenance
+    fx_path = os.path.join(c.trace.path, provenance.FX_FILE)
+    if not os.path.exists(fx_path):
+        return
+    with open(fx_path) as f:
+        prov = provenance.build(c, f.read())
+    c.trace.write(provenance.IR_FILE, prov.ir_text)
+    c.trace.write(provenance.CPP_FILE, prov.cpp_text)
+    c.trace.write_json("provenance.json", prov.document())
+
+
+def _emit_structured(c, failed_stage) -> None:
+    """The artifacts Inductor writes, under the names tlparse knows (so its index and its
+    provenance view (-i) show tdbg's graph, output code and kernel <-> node mapping), plus
+    tdbg's own loop IR, line-level provenance and stage times."""
+    from torch._logging import trace_structured
+    from . import provenance
+    fx_text = c.gm.print_readable(print_output=False)
+    cache = {}
+
+    def prov():
+        if "p" not in cache:
+            cache["p"] = provenance.build(c, fx_text)
+        return cache["p"]
+
+    def artifact(name, encoding, payload_fn):
+        trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": encoding},
+                         payload_fn=payload_fn)
+
+    artifact("inductor_post_grad_graph", "string", lambda: fx_text)
+    if c.source_code:
+        meta = {"filename": f"tdbg_{c.name}.py"}
+        if getattr(c, "path", None):
+            meta["file_path"] = os.path.abspath(c.path)
+        trace_structured("inductor_output_code", lambda: meta, payload_fn=lambda: c.source_code)
+    if c.kernels is not None:
+        artifact("inductor_provenance_tracking_node_mappings", "json", lambda: json.dumps(prov().node_mappings()))
+        artifact("inductor_provenance_tracking_kernel_stack_traces", "json",
+                 lambda: json.dumps(prov().kernel_stack_traces()))
+    if c.items is not None:
+        artifact("tdbg_loop_ir", "string", lambda: prov().ir_text)
+    if c.kernels is not None:
+        artifact("tdbg_kernels_cpp", "string", lambda: prov().cpp_text)
+        artifact("tdbg_provenance", "json", lambda: json.dumps(prov().document(
+            "inductor_post_grad_graph", "tdbg_loop_ir", "tdbg_kernels_cpp")))
+    artifact("tdbg_compile_stage_times", "json", lambda: json.dumps(
+        {"graph": c.name, "kind": c.kind, "seconds": c.stage_times, "failed_stage": failed_stage}))

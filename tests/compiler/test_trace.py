@@ -14,7 +14,8 @@ from tdbg.compiler.config import Config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACE_FILES = ["debug.log", "fx_graph_readable.py", "fx_graph_runnable.py", "fx_graph_transformed.py",
-               "ir_post_fusion.txt", "ir_pre_fusion.txt", "kernel_map.json", "output_code.py"]
+               "ir.txt", "ir_post_fusion.txt", "ir_pre_fusion.txt", "kernel_map.json", "kernels.cpp",
+               "output_code.py", "provenance.json"]
 RUN_DIR = re.compile(r"run_\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d-pid_(\d+)$")
 
 
