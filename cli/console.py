@@ -126,25 +126,48 @@ def err():
 
 
 _json_target: Optional[tuple] = None   # (path, schema) of the running command's --json, until written
+_last_document: Optional[dict] = None  # the running command's document, written to --json or not (--html reads it)
+
+
+def last_document() -> Optional[dict]:
+    """The document the running command wrote last (write_json, or fail's error document)."""
+    return _last_document
+
+
+def record(on: bool) -> None:
+    """Start (clearing what was kept) or stop keeping what the consoles print (for --html)."""
+    for console in dict.fromkeys((out(), err())):
+        console.record = True      # export_text refuses a console that is not recording
+        console.export_text(clear=True)
+        console.record = on
+
+
+def recorded() -> dict:
+    """What the consoles printed since record(True): {"stdout": text, "stderr": text}."""
+    o, e = out(), err()
+    stderr = e.export_text(clear=False) if e.record else ""
+    return {"stdout": "" if o is e or not o.record else o.export_text(clear=False), "stderr": stderr}
 
 
 def json_on_failure(path: Optional[str], schema: str) -> None:
     """Make `fail` write the command's --json document (status "error", the exit code, the
     message) when it stops the command before the command wrote one itself."""
-    global _json_target
-    _json_target = (path, schema) if path else None
+    global _json_target, _last_document
+    _json_target, _last_document = (path, schema), None   # path None: the document is only kept (--html)
 
 
 def fail(message: str, code: str = "bad_input") -> NoReturn:
     """Print a one-paragraph error and exit with the named code (writing the command's --json
     document first when it has none yet: --json gets a document on every path)."""
-    global _json_target
+    global _json_target, _last_document
     from rich.markup import escape
     err().print(f"[bold red]error:[/] {escape(message)}")
     target, _json_target = _json_target, None
     if target is not None:
-        _write_quietly(target[0], {"schema": target[1], "version": 1, "status": "error",
-                                   "exit_code": exit_code(code), "cause": code, "error": message})
+        _last_document = {"schema": target[1], "version": 1, "status": "error",
+                          "exit_code": exit_code(code), "cause": code, "error": message}
+        if target[0]:
+            _write_quietly(target[0], _last_document)
     sys.exit(exit_code(code))
 
 
@@ -164,11 +187,12 @@ def write_json(path: Optional[str], payload: dict, schema: str, version: int = 1
     `path` atomically. Commands check the path up front (common.check_output_file); a write that
     still fails (disk full, folder removed meanwhile) is one error line and the `usage` code,
     never a traceback, and leaves no partial file."""
-    global _json_target
-    if not path:
-        return
+    global _json_target, _last_document
     _json_target = None
     doc = {"schema": schema, "version": version, **payload}
+    _last_document = doc
+    if not path:
+        return
     text = json.dumps(doc, indent=2, sort_keys=False, default=str)
     if path == "-":
         sys.stdout.write(text + "\n")

@@ -28,6 +28,7 @@ COMMANDS = {
     "profile": ("tdbg.cli.profile:profile", "Time a script eager vs compiled and show where the time goes."),
     "replay": ("tdbg.cli.replay:replay", "Rerun one graph saved by `run --save-io` alone; compare with its eager outputs."),
     "diff": ("tdbg.cli.diff:diff", "Compare two `run --save-io` folders: changed graphs, outputs, timings."),
+    "report": ("tdbg.cli.report:report", "Write the HTML report of an existing debug, run or minify folder."),
 }
 
 
@@ -65,19 +66,40 @@ def guarded(name: str, command: click.Command) -> click.Command:
     callback = command.callback
     if getattr(callback, "tdbg_guarded", False):
         return command
+    from tdbg.cli.report import HTML_COMMANDS, html_option
+    has_html = name in HTML_COMMANDS
+    if has_html:
+        command.params.append(html_option())
 
     @functools.wraps(callback)
     def run(*args, **params):
         from tdbg.cli.common import check_environment
         from tdbg.cli.console import json_on_failure
+        html_dir = params.pop("html_dir", None) if has_html else None
         json_on_failure(params.get("json_path"), f"tdbg.{name}")
         # tdbg's compiler (whose cache folder must then be writable) runs only for backend inductor
         check_environment(uses_compiler=params.get("backend", IMPLICIT_BACKEND.get(name)) == "inductor")
         with _Interrupt(name, params):
-            return callback(*args, **params)
+            if not html_dir:
+                return callback(*args, **params)
+            return _with_report(name, html_dir, callback, args, params)
     run.tdbg_guarded = True
     command.callback = run
     return command
+
+
+def _with_report(name: str, html_dir: str, callback, args, params):
+    """Run the command, then write its HTML report whatever its exit code (not when Ctrl-C
+    stopped it: there is no verdict to show)."""
+    from tdbg.cli.report import HtmlReport
+    report = HtmlReport.start(name, html_dir, params)
+    try:
+        result = callback(*args, **params)
+    except SystemExit as e:
+        report.finish(e.code)
+        raise
+    report.finish(0)
+    return result
 
 
 class _Interrupt:

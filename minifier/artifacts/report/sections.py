@@ -1,0 +1,376 @@
+"""The report's sections, one builder each (SECTIONS, in page order). A builder takes the report
+context and returns its HTML, or None when the document has nothing for it.
+
+The context (built by report.build): command, command_line, document (the command's --json
+document), headline (the verdict line the CLI printed), transcript {stdout, stderr},
+graphs (artifacts.load_graphs of the debug folders), focus {graph, fx_node, kernel} (the culprit,
+highlighted in every pane) and verdict (the run verdict with graphs, breaks and errors: the
+document's own, or the one of the run that collected the artifacts).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .page import code_lines, fields, h, line_chart, pre, table
+
+# document schema -> its verdict fields (stage, source, graph, fx node, kernel, message) and next commands
+
+
+def _run_verdict(doc: dict) -> dict:
+    v = doc.get("verdict") or {}
+    err = v.get("error") or {}
+    return {"ok": v.get("status") == "ok", "stage": v.get("stage"), "source": err.get("source"),
+            "graph": _graph_words(err), "fx_node": err.get("fx_node"), "kernel": err.get("kernel"),
+            "message": err.get("message"), "next": doc.get("next_commands") or [],
+            "debug_dir": v.get("debug_dir")}
+
+
+def _graph_words(err: dict):
+    if err.get("graph") is None:
+        return None
+    part = f" ({err['part']})" if err.get("part") else ""
+    return f"{err['graph']}{part}" + (f", frame {err['frame']}" if err.get("frame") else "")
+
+
+def _bisect_verdict(doc: dict) -> dict:
+    verdict = doc.get("verdict") or {}
+    culprit = next((c for c in doc.get("culprits") or [] if "fx_node" in c), {})
+    failing = next((b for b in doc.get("backends") or [] if b.get("status") != "ok"), None)
+    err = (failing or {}).get("error") or ((doc.get("reference") or {}).get("error")) or {}
+    nexts = []
+    repro = doc.get("reproduce")
+    if repro:
+        env = " ".join(f"{k}={_quote(v)}" for k, v in (repro.get("env") or {}).items())
+        nexts.append(((env + " ") if env else "") + " ".join(_quote(a) for a in repro.get("argv") or []))
+    if doc.get("minify_command"):
+        nexts.append(doc["minify_command"])
+    return {"ok": verdict.get("level") == "none", "stage": verdict.get("stage"), "source": err.get("source"),
+            "graph": culprit.get("graph") or _graph_words(err), "fx_node": culprit.get("fx_node") or err.get("fx_node"),
+            "kernel": culprit.get("kernel") or err.get("kernel"), "message": err.get("message"), "next": nexts,
+            "summary": verdict.get("summary")}
+
+
+def _quote(word) -> str:
+    import shlex
+    return shlex.quote(str(word))
+
+
+def _minify_verdict(doc: dict) -> dict:
+    final = doc.get("final") or doc.get("first") or {}
+    repro = os.path.join(doc.get("out_dir") or "", "repro.py")
+    return {"ok": doc.get("status") == "minified", "stage": final.get("stage") or (doc.get("capture") or {}).get("stage"),
+            "message": final.get("message") or doc.get("error"),
+            "next": [f"python {repro}"] if doc.get("status") == "minified" else []}
+
+
+def _explain_verdict(doc: dict) -> dict:
+    err = doc.get("error") or {}
+    return {"ok": doc.get("status") == "ok" and not doc.get("exceeded"), "stage": doc.get("stage"),
+            "source": err.get("source"), "message": err.get("message") or "; ".join(doc.get("exceeded") or [])}
+
+
+def _profile_verdict(doc: dict) -> dict:
+    return {"ok": doc.get("status", "ok") != "error", "message": doc.get("error"),
+            "next": [f"chrome://tracing (load {doc['trace_path']})"] if doc.get("trace_path") else []}
+
+
+VERDICTS = {"tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict, "tdbg.minify": _minify_verdict,
+            "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict}
+
+
+def verdict_fields(doc: dict) -> dict:
+    """The verdict of any tdbg document (an error document of any command included)."""
+    if doc.get("status") == "error" and doc.get("schema") not in ("tdbg.minify",):
+        return {"ok": False, "stage": doc.get("cause"), "message": doc.get("error")}
+    return VERDICTS.get(doc.get("schema"), lambda d: {"ok": d.get("exit_code") == 0})(doc)
+
+
+def verdict_section(ctx: dict) -> str:
+    doc = ctx["document"]
+    v = verdict_fields(doc)
+    focus = ctx.get("focus") or {}
+    code = doc.get("exit_code")
+    rows = [("stage", v.get("stage"), "v-stage"), ("user source line", v.get("source") or focus.get("source"), "v-source"),
+            ("graph", v.get("graph"), "v-graph"), ("FX node", v.get("fx_node"), "v-fx-node"),
+            ("kernel", v.get("kernel"), "v-kernel"), ("exit code", code, "v-exit-code"),
+            ("error", v.get("message"), "v-message")]
+    if focus.get("fx_node") and focus.get("source") and focus["source"] != v.get("source"):
+        rows.insert(2, (f"line of {focus['fx_node']}", focus["source"], "v-culprit-source"))
+    nexts = "".join(f"<pre class=\"next\">{h(c)}</pre>" for c in v.get("next") or [])
+    css = "verdict ok" if v.get("ok") else "verdict"
+    headline = ctx.get("headline") or v.get("summary") or ""
+    return (f'<div class="{css}"><div class="headline" id="verdict-headline">{h(headline)}</div>'
+            f"{fields(rows)}" + (f"<h3>Next</h3>{nexts}" if nexts else "") + "</div>")
+
+
+def errors_section(ctx: dict):
+    """Per-output errors of an accuracy check (and per-node rows when the document has them)."""
+    doc, verdict = ctx["document"], ctx.get("verdict") or {}
+    mismatches = _mismatches(doc) or _mismatches(verdict)
+    parts = []
+    if mismatches:
+        rows = [(m.get("output"), m.get("dtype"), "x".join(map(str, m.get("shape") or [])) or "scalar",
+                 _num(m.get("max_abs_error")), _num(m.get("eager_error")), m.get("message")) for m in mismatches]
+        parts.append(table(["output", "dtype", "shape", "max abs error", "eager's error vs float64", "detail"],
+                           rows, numeric=(3, 4), ident="output-errors"))
+    per_node = doc.get("per_node") or doc.get("nodes")
+    if isinstance(per_node, list) and per_node and isinstance(per_node[0], dict):
+        headers = list(per_node[0])
+        parts.append("<h3>Per node</h3>" + table(headers, [[_cell(r.get(k)) for k in headers] for r in per_node],
+                                                  ident="node-errors"))
+    return "".join(parts) or None
+
+
+def _mismatches(doc: dict) -> list:
+    for path in (("final",), ("first",), ("error", "evidence"), ("verdict", "error", "evidence")):
+        node = doc
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get("mismatches"):
+            return node["mismatches"]
+    return []
+
+
+def _num(x):
+    return "" if x is None else f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def _cell(x):
+    return _num(x) if isinstance(x, float) else json.dumps(x) if isinstance(x, (dict, list)) else x
+
+
+def bisect_section(ctx: dict):
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.bisect" or not doc.get("backends"):
+        return None
+    ran = {b["backend"]: b for b in doc["backends"]}
+    rows = []
+    for backend in doc.get("chain") or list(ran):
+        b = ran.get(backend)
+        result = "not run" if b is None else "pass" if b["status"] == "ok" else f"FAIL ({b.get('stage')})"
+        rows.append((backend, (b or {}).get("adds", ""), result, _seconds((b or {}).get("duration_s"))))
+    parts = ["<h3>Backends chain</h3>", table(["backend", "adds", "result", "time"], rows, numeric=(3,), ident="chain")]
+    if doc.get("subsystems"):
+        parts += ["<h3>Compiler subsystems (switched off one at a time)</h3>",
+                  table(["subsystem", "change", "result"],
+                        [(s["name"], ", ".join(f"{k}={v}" for k, v in s["change"].items()), s["result"])
+                         for s in doc["subsystems"]])]
+    for c in doc.get("culprits") or []:
+        parts.append("<h3>Culprit</h3>" + fields([(k.replace("_", " "), c.get(k)) for k in
+                                                   ("kind", "index", "knob", "count", "passes_with", "fx_node",
+                                                    "target", "kernel", "graph", "subsystem", "applied", "note")]))
+    if (doc.get("workaround") or {}).get("passes"):
+        env = " ".join(f"{k}={v}" for k, v in doc["workaround"]["env"].items())
+        parts.append(f"<h3>Workaround</h3><pre>{h(env)}</pre><p class=\"note\">the program passes with this</p>")
+    return "".join(parts)
+
+
+def _seconds(x) -> str:
+    return "" if x is None else f"{x:.1f} s"
+
+
+def graphs_section(ctx: dict):
+    """Every Dynamo graph with its user lines, breaks and recompiles (from a run verdict, or from
+    explain's report, also inside profile's document)."""
+    doc = ctx["document"]
+    report = doc if doc.get("functions") is not None else doc.get("explain") if isinstance(doc.get("explain"), dict) else None
+    if report and report.get("functions") is not None:
+        return _explain_graphs(report)
+    verdict = ctx.get("verdict") or {}
+    graphs = verdict.get("graphs") or []
+    if not graphs:
+        return None
+    parts = []
+    for g in graphs:
+        lines = "".join(f"<div class=\"mono\">{h(os.path.basename(str(ln.get('file'))))}:{h(ln.get('line'))}  "
+                        f"{h(ln.get('code'))} <span class=\"dim\">-&gt; {h(', '.join(ln.get('ops') or []))}</span></div>"
+                        for ln in g.get("lines") or [])
+        brk = (f"<div class=\"bad\">graph break: {h(g.get('reason'))} at "
+               f"{h(_frame_line((g.get('stack') or [{}])[-1]))}</div>") if g.get("graph_break") else ""
+        checked = f", accuracy checked on {g.get('checked_calls', 0)} call(s)" if g.get("checked") else ""
+        parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(g.get('frame'))}): {len(g.get('ops') or [])} op(s)"
+                     f"{h(checked)}</h3>{lines}{brk}")
+    for r in verdict.get("recompiles") or []:
+        parts.append(f"<div class=\"bad\">recompile: {h(json.dumps(r) if isinstance(r, dict) else r)}</div>")
+    return "".join(parts)
+
+
+def _frame_line(frame: dict) -> str:
+    return f"{frame.get('file')}:{frame.get('line')} {frame.get('code') or ''}".strip()
+
+
+def _explain_graphs(report: dict) -> str:
+    t = report.get("totals") or {}
+    parts = [f"<p>{h(t.get('functions'))} compiled function(s), {h(t.get('graphs'))} graph(s), "
+             f"{h(t.get('graph_breaks'))} graph break(s), {h(t.get('recompiles'))} recompile(s)</p>"]
+    for fn in report["functions"]:
+        parts.append(f"<h3>{h(fn['function'])}</h3>")
+        for g in fn.get("graphs") or []:
+            lines = "".join(f"<div class=\"mono\">line {h(ln['line'])}: {h(ln['code'])} "
+                            f"<span class=\"dim\">-&gt; {h(', '.join(ln['ops']))}</span></div>" for ln in g["lines"])
+            parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(g['frame'])}): {h(g['op_count'])} op(s){lines}</div>")
+        for b in fn.get("breaks") or []:
+            parts.append(f"<div class=\"bad\">graph break at {h(b['line'])}</div><div class=\"note\">why: {h(b['reason'])}</div>")
+        for r in fn.get("recompiles") or []:
+            parts.append(f"<div class=\"bad\">recompile of {h(r['frame'])}{' at ' + h(r['line']) if r.get('line') else ''}: "
+                         f"{h(r['changed'])}</div>" + (f"<div class=\"note\">fix: {h(r['suggestion'])}</div>"
+                                                      if r.get("suggestion") else ""))
+    return "".join(parts)
+
+
+PANES = (("fx", "FX graph"), ("ir", "loop IR"), ("cpp", "C++"))
+
+
+def code_section(ctx: dict):
+    graphs = ctx.get("graphs") or []
+    if not graphs:
+        return None
+    focus = ctx.get("focus") or {}
+    parts = ['<p class="legend note">Click a line: its FX node\'s lines highlight in every pane and in the '
+             'user\'s source. <span class="culprit">culprit</span><span class="hl">selected</span></p>']
+    for g in graphs:
+        parts.append(_graph_code(g, focus))
+    return "".join(parts)
+
+
+def _graph_code(g: dict, focus: dict) -> str:
+    nodes = g["nodes"]
+    culprit = focus.get("fx_node") if focus.get("graph") in (None, g["name"]) else None
+    line_nodes = {pane: {} for pane, _ in PANES}
+    for name, entry in nodes.items():
+        for pane, _ in PANES:
+            for n in entry.get(f"{pane}_lines") or []:
+                line_nodes[pane].setdefault(n, set()).add(name)
+    panes = []
+    for pane, title in PANES:
+        info = g["panes"][pane]
+        marked = set((nodes.get(culprit) or {}).get(f"{pane}_lines") or []) if culprit else set()
+        body = code_lines(info["lines"], line_nodes[pane], marked) if info["lines"] else \
+            '<div class="note">(not written for this graph)</div>'
+        panes.append(f'<div class="pane-box"><h4>{h(title)} <span class="dim">{h(info["file"] or "")}</span></h4>'
+                     f'<div class="pane" data-pane="{pane}">{body}</div></div>')
+    sources = {}
+    for name, entry in nodes.items():
+        if entry.get("source"):
+            sources.setdefault(entry["source"], set()).add(name)
+    src = "".join(f'<div class="src{" culprit" if culprit in names else ""}" data-nodes="{h(" ".join(sorted(names)))}">'
+                  f"{h(text)}</div>" for text, names in sorted(sources.items(), key=lambda kv: _source_key(kv[0])))
+    derived = (' <span class="note">(line links rebuilt from the files: this folder has no provenance.json)</span>'
+               if g.get("derived") else "")
+    kernels = f' <span class="dim">kernels: {h(", ".join(g.get("kernels") or []))}</span>' if g.get("kernels") else ""
+    return (f'<div class="graph-code" data-graph="{h(g["name"])}"><h3>{h(g["name"])} '
+            f'<span class="dim">({h(g["kind"])})</span>{kernels}{derived}</h3>'
+            f'<div class="src-lines">{src}</div>'
+            f'<div class="selected">selected: <span class="selected-node">{h(culprit or "")}</span></div>'
+            f'<div class="panes">{"".join(panes)}</div></div>')
+
+
+def _source_key(text: str):
+    file, _, rest = text.partition(":")
+    line = rest.split(" ", 1)[0]
+    return (file, int(line) if line.isdigit() else 0)
+
+
+def timings_section(ctx: dict):
+    rows = []
+    for g in ctx.get("graphs") or []:
+        for name, seconds, failed in g["stages"]:
+            rows.append((g["name"], name, f"{seconds * 1e3:.2f}", f"failed: {failed}" if failed else ""))
+    parts = []
+    if rows:
+        parts.append(table(["graph", "stage", "ms", ""], rows, numeric=(2,), ident="stage-times"))
+    doc = ctx["document"]
+    if isinstance(doc.get("stages"), dict) and doc["stages"]:
+        parts.append("<h3>Compile stages summed over graphs (profile)</h3>" + table(
+            ["stage", "s"], [(k, f"{v:.3f}") for k, v in sorted(doc["stages"].items(), key=lambda kv: -kv[1])],
+            numeric=(1,)))
+    runs = doc.get("runs") if doc.get("schema") == "tdbg.bisect" else None
+    if runs:
+        parts.append("<h3>Runs</h3>" + table(["run", "result", "time"], [
+            (r["label"], "pass" if r["status"] == "ok" else f"fail ({r.get('stage')})", _seconds(r.get("duration_s")))
+            for r in runs], numeric=(2,)))
+    return "".join(parts) or None
+
+
+def profile_section(ctx: dict):
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.profile" or doc.get("status") == "error":
+        return None
+    parts = [table(["callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s"],
+                   [(c["label"], c["calls_in_script"], _ms(c.get("eager_s")), _ms(c.get("compiled_s")),
+                     "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x", f"{c['first_call_s']:.3f}")
+                    for c in doc.get("callables") or []], numeric=(1, 2, 3, 4, 5), ident="callables")]
+    for key, title in (("profiler_rows", "Compiled run: self CPU time per kernel/op"),
+                       ("eager_profiler_rows", "Eager run: self CPU time per op")):
+        rows = doc.get(key) or []
+        if rows:
+            parts.append(f"<h3>{h(title)}</h3>" + table(
+                ["name", "calls", "self CPU us", "total CPU us", "self %"],
+                [(r["name"], r.get("calls"), _num(r.get("self_cpu_us")), _num(r.get("cpu_total_us")),
+                  _num(r.get("self_cpu_pct"))) for r in rows[:20]], numeric=(1, 2, 3, 4),
+                ident="kernels-compiled" if key == "profiler_rows" else "kernels-eager"))
+    if doc.get("trace_path"):
+        path = os.path.abspath(doc["trace_path"])
+        parts.append(f'<p>Chrome trace: <a id="trace-link" href="file://{h(path)}">{h(path)}</a> '
+                     '<span class="note">(open it in chrome://tracing or ui.perfetto.dev)</span></p>')
+    for f in doc.get("flags") or []:
+        parts.append(f"<div class=\"bad\">{h(f['kind'])}: {h(f['message'])}</div>")
+    return "".join(parts)
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def shrink_history(doc: dict) -> list:
+    """[(query, nodes, inputs)]: the original graph at query 0, then every query whose candidate
+    kept the failure (the minifier adopts those), from minify.jsonl in the output folder."""
+    original = doc.get("original") or {}
+    steps = [(0, original["nodes"], original["inputs"])] if original else []
+    path = os.path.join(doc.get("out_dir") or "", "minify.jsonl")
+    try:
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        records = []
+    for r in records:
+        if r.get("purpose") == "candidate" and r.get("same_failure") and steps and \
+                (r["nodes"], r["inputs"]) <= (steps[-1][1], steps[-1][2]):
+            steps.append((r["query"], r["nodes"], r["inputs"]))
+    return steps
+
+
+def minify_section(ctx: dict):
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.minify" or not doc.get("original"):
+        return None
+    steps = shrink_history(doc)
+    chart = line_chart({"nodes": ("#0b57d0", [s[1] for s in steps]), "inputs": ("#b3261e", [s[2] for s in steps])},
+                       [s[0] for s in steps], x_label="query", ident="shrink-chart")
+    rows = table(["query", "nodes", "inputs"], steps, numeric=(0, 1, 2), ident="shrink-steps")
+    stats = doc.get("stats") or {}
+    code = (doc.get("minimized") or {}).get("code")
+    return (f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
+            f"{h(doc['original']['inputs'])} -&gt; {h((doc.get('minimized') or {}).get('inputs'))} inputs in "
+            f"{h(stats.get('queries'))} queries</p>{chart}{rows}" + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
+
+
+def transcript_section(ctx: dict):
+    t = ctx.get("transcript") or {}
+    parts = [f"<h3>{h(name)}</h3>{pre(t[name])}" for name in ("stdout", "stderr") if (t.get(name) or "").strip()]
+    return f"<details><summary>what the command printed</summary>{''.join(parts)}</details>" if parts else None
+
+
+# (id, title, builder) in page order
+SECTIONS = (
+    ("verdict", "Verdict", verdict_section),
+    ("errors", "Errors per output", errors_section),
+    ("bisect", "Bisection", bisect_section),
+    ("graphs", "Graphs, breaks and recompiles", graphs_section),
+    ("code", "FX code, loop IR and C++", code_section),
+    ("timings", "Stage timings", timings_section),
+    ("profile", "Profile: eager vs compiled", profile_section),
+    ("minify", "Shrink history", minify_section),
+    ("transcript", "Terminal output", transcript_section),
+)
