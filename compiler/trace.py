@@ -234,3 +234,19 @@ def _emit_structured(c, failed_stage) -> None:
             "inductor_post_grad_graph", "tdbg_loop_ir", "tdbg_kernels_cpp")))
     artifact("tdbg_compile_stage_times", "json", lambda: json.dumps(
         {"graph": c.name, "kind": c.kind, "seconds": c.stage_times, "failed_stage": failed_stage}))
+
+
+def current_compile_id():
+    """Dynamo's id of the compile in progress (None outside one)."""
+    from torch._guards import CompileContext
+    return CompileContext.current_compile_id()
+
+
+def compile_scope(compile_id):
+    """Under TORCH_TRACE, a context in which structured records carry `compile_id`: a graph with
+    symbolic shapes compiles per signature at call time, outside Dynamo's compile, and its
+    artifacts belong next to the Dynamo graph they specialize (tlparse groups by compile id)."""
+    if compile_id is None or not structured_trace_enabled():
+        return contextlib.nullcontext()
+    from torch._guards import CompileContext, compile_context
+    return compile_context(CompileContext(compile_id))
