@@ -321,7 +321,8 @@ class Writer:
     def set_timing(self, name: str, samples: list) -> None:
         import statistics
         if name in self.metas and samples:
-            self.metas[name]["timing"] = {"median_s": statistics.median(samples), "samples": len(samples),
+            self.metas[name]["timing"] = {"median_s": statistics.median(samples), "min_s": min(samples),
+                                          "samples": len(samples), "times_s": [round(t, 9) for t in samples],
                                           "per_kernel": None}
             self._write_meta(name)
             self.manifest["timings"] = True

@@ -363,11 +363,14 @@ class IOSaver:
 
     A backend with an AOT stage (aot_capture FAMILIES) is hooked there: forward, backward and
     inference aten graphs are saved. Any other backend is wrapped whole: the Dynamo graph is saved
-    (kind "dynamo"; `after` says which). With `profile`, each saved signature's later compiled calls
-    are timed (the first, which may still compile or warm caches, only when it is the only one)."""
+    (kind "dynamo"; `after` says which). With `profile`, each saved aten graph is called
+    PROFILE_REPEATS more times on copies of its inputs and timed, and later calls with a saved
+    signature are timed too; a Dynamo graph (which may mutate module state) only by its later
+    calls, or by its saved first call when there is no other (what `samples` then says)."""
 
     MAX_SIGNATURES = 20        # per graph: a graph called with ever new shapes is not saved forever
     MAX_TIMED_CALLS = 50
+    PROFILE_REPEATS = 5        # timed extra calls of each saved aten graph on copies of its inputs
 
     def __init__(self, writer, backend, config, *, profile: bool = False):
         from tdbg.minifier.reduce.oracle import backend_spec, config_fields
@@ -385,6 +388,7 @@ class IOSaver:
             self.backend_fn = self._dynamo_hook
         self.spec = dict(spec, after=self.after)
         self.timings: dict = {}    # saved graph name -> compiled call times (seconds)
+        self.first_call_s: dict = {}   # saved graph name -> time of its saved (first) call
 
     def _aot_hook(self, gm, example_inputs, kind: str, compile_one):
         snap, index = snapshot(gm), self._next()
@@ -452,9 +456,31 @@ class IOSaver:
         outputs = [v.detach() if isinstance(v, torch.Tensor) else v for _, v in flatten(actual)]
         name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved)
         if name and self.profile:
-            self.first_call_s = getattr(self, "first_call_s", {})
             self.first_call_s[name] = seconds
+            if self.after == "aot":
+                self._repeat(compiled, before, name)
         return actual
+
+    def _repeat(self, compiled, inputs, name: str) -> None:
+        """Time PROFILE_REPEATS more calls on copies of the saved inputs: aten graphs after
+        AOTAutograd are functional, so this changes nothing the program sees (the RNG state is
+        put back); a first call alone would time lazy loading too."""
+        import time
+
+        import torch
+
+        from tdbg.minifier.diagnose.checks import _clones
+        rng = torch.get_rng_state()
+        try:
+            for _ in range(self.PROFILE_REPEATS):
+                args = _clones(inputs)
+                start = time.perf_counter()
+                compiled(*args)
+                self.timings.setdefault(name, []).append(time.perf_counter() - start)
+        except Exception:  # a call that fails on a copy: keep what was timed (the saved call at least)
+            pass
+        finally:
+            torch.set_rng_state(rng)
 
     def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved):
         try:
@@ -471,6 +497,6 @@ class IOSaver:
     def finish(self) -> None:
         """Write the timings (median of the timed calls, else the saved call alone) and the manifest."""
         if self.profile:
-            for name, first in getattr(self, "first_call_s", {}).items():
+            for name, first in self.first_call_s.items():
                 self.writer.set_timing(name, self.timings.get(name) or [first])
         self.writer.finish()

@@ -1,0 +1,141 @@
+"""Run-to-run diff of two `tdbg run --save-io` folders: what `tdbg diff A B` reports.
+
+Graphs are matched by their saved name (`g<k>_<kind>_c<n>`: the same script compiles its graphs
+in the same order). For each pair:
+
+  structure   the graph source's SHA-256, node count and op multiset (call_function targets);
+              any difference in the source is a structural change
+  outputs     when A's and B's saved inputs are identical (same SHA-256 per input), B's compiled
+              outputs against A's (float64 reference of A's graph, per-dtype tolerances:
+              diagnose/accuracy.compare with A in eager's place); always, each run's compiled
+              outputs against its own eager outputs. With different inputs (an upstream graph
+              changed what it hands on) A and B are not compared directly, and the diff says so.
+  timing      when both folders have timings (`--save-io DIR --profile`): the median compiled
+              call time of each, and `slower` when B/A passes `slower_ratio` (reported, not a
+              change: timings are noisy; per-kernel times are not saved)
+
+A graph is `changed` when its structure changed, its outputs differ from A's beyond tolerance, or
+B's compiled outputs fail against B's eager outputs where A's passed; graphs only in one folder
+are changed too. `RunDiff.changed` is what `tdbg diff`'s exit code says.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from tdbg.minifier.artifacts.saved_io import SavedGraph, load_saved
+
+DEFAULT_SLOWER_RATIO = 1.25
+
+
+@dataclass
+class GraphDiff:
+    name: str
+    kind: str
+    status: str = "same"              # same | changed | only_in_a | only_in_b
+    reasons: list = field(default_factory=list)
+    nodes: tuple = (None, None)
+    ops_added: dict = field(default_factory=dict)     # op -> how many more in B
+    ops_removed: dict = field(default_factory=dict)   # op -> how many fewer in B
+    inputs_match: Optional[bool] = None
+    a_vs_b: Optional[list] = None     # mismatches of B's compiled outputs vs A's (None: not compared)
+    a_vs_eager: Optional[list] = None
+    b_vs_eager: Optional[list] = None
+    timing: Optional[dict] = None     # {"a_s", "b_s", "ratio", "slower"}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RunDiff:
+    a: str
+    b: str
+    graphs: list
+    timings: str                      # "both" | "a only" | "b only" | "none"
+    notes: list = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(g.status != "same" for g in self.graphs)
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "changed": self.changed, "timings": self.timings, "notes": self.notes,
+                "graphs": [g.to_dict() for g in self.graphs]}
+
+
+def diff_saved(dir_a: str, dir_b: str, *, slower_ratio: float = DEFAULT_SLOWER_RATIO) -> RunDiff:
+    """Diff two --save-io folders (both loaded and verified first: SavedIOError if unusable)."""
+    run_a, run_b = load_saved(dir_a), load_saved(dir_b)
+    a = {g.name: g for g in run_a.graphs}
+    b = {g.name: g for g in run_b.graphs}
+    names = list(a) + [n for n in b if n not in a]
+    graphs = []
+    for name in names:
+        if name not in b:
+            graphs.append(GraphDiff(name, a[name].kind, "only_in_a", [f"only {dir_a} has this graph"]))
+        elif name not in a:
+            graphs.append(GraphDiff(name, b[name].kind, "only_in_b", [f"only {dir_b} has this graph"]))
+        else:
+            graphs.append(diff_graph(a[name], b[name], slower_ratio))
+    with_timings = [bool(r.manifest.get("timings")) for r in (run_a, run_b)]
+    timings = {(True, True): "both", (True, False): "a only", (False, True): "b only"}.get(tuple(with_timings), "none")
+    notes = [f"{key}: {run_a.manifest.get(key)} vs {run_b.manifest.get(key)}"
+             for key in ("torch", "tdbg", "backend", "threads") if run_a.manifest.get(key) != run_b.manifest.get(key)]
+    return RunDiff(dir_a, dir_b, graphs, timings, notes)
+
+
+def diff_graph(a: SavedGraph, b: SavedGraph, slower_ratio: float = DEFAULT_SLOWER_RATIO) -> GraphDiff:
+    d = GraphDiff(a.name, a.kind)
+    ops_a, ops_b = op_counts(a), op_counts(b)
+    d.nodes = (len(a.gm.graph.nodes), len(b.gm.graph.nodes))
+    d.ops_added = dict(sorted((ops_b - ops_a).items()))
+    d.ops_removed = dict(sorted((ops_a - ops_b).items()))
+    if a.source_sha256 != b.source_sha256:
+        what = (f"{d.nodes[0]} -> {d.nodes[1]} nodes" if d.nodes[0] != d.nodes[1] else
+                "the same op counts, different graph" if not (d.ops_added or d.ops_removed) else "other ops")
+        d.reasons.append(f"structure changed ({what})")
+    d.a_vs_eager = _judge(a.expected, a.compiled, a)
+    d.b_vs_eager = _judge(b.expected, b.compiled, b)
+    if d.b_vs_eager and not d.a_vs_eager:
+        d.reasons.append("B's compiled outputs differ from B's eager outputs (A's matched): "
+                         + ", ".join(m["output"] for m in d.b_vs_eager))
+    d.inputs_match = a.input_shas == b.input_shas
+    if d.inputs_match and a.compiled is not None and b.compiled is not None:
+        d.a_vs_b = _judge(a.compiled, b.compiled, a)
+        if d.a_vs_b:
+            d.reasons.append("compiled outputs changed beyond tolerance on the same inputs: "
+                             + ", ".join(m["output"] for m in d.a_vs_b))
+    elif (a.compiled is None) != (b.compiled is None):
+        failed = "A" if a.compiled is None else "B"
+        d.reasons.append(f"the compiled call failed in {failed} only")
+    d.timing = _timing(a, b, slower_ratio)
+    d.status = "changed" if d.reasons else "same"
+    return d
+
+
+def op_counts(graph: SavedGraph) -> Counter:
+    """call_function targets -> count (e.g. aten.mm.default: 3)."""
+    return Counter(str(n.target) for n in graph.gm.graph.nodes if n.op == "call_function")
+
+
+def _judge(expected: list, actual: Optional[list], graph: SavedGraph) -> Optional[list]:
+    """Mismatches (dicts) of `actual` against `expected`, a float64 run of `graph` as reference;
+    None when there is no `actual` (the compiled call failed)."""
+    from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
+    if actual is None:
+        return None
+    found = compare(expected, actual)
+    if found:
+        found = compare(expected, actual, fp64_reference(graph.gm, graph.inputs))
+    return [m.to_dict() for m in found]
+
+
+def _timing(a: SavedGraph, b: SavedGraph, slower_ratio: float) -> Optional[dict]:
+    ta, tb = (g.meta.get("timing") or {} for g in (a, b))
+    if not ta.get("median_s") or not tb.get("median_s"):
+        return None
+    ratio = tb["median_s"] / ta["median_s"]
+    return {"a_s": ta["median_s"], "b_s": tb["median_s"], "a_samples": ta.get("samples"),
+            "b_samples": tb.get("samples"), "ratio": ratio, "slower": ratio > slower_ratio}

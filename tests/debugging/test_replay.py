@@ -1,0 +1,73 @@
+"""`tdbg replay DIR/GRAPH`: one saved graph rerun alone, judged against its saved eager outputs."""
+import os
+import shutil
+
+import pytest
+import torch
+
+from tdbg.minifier.artifacts.saved_io import SavedIOError, load_graph
+from tdbg.minifier.diagnose.accuracy import TOLERANCES
+from tdbg.minifier.diagnose.replay import replay
+
+from conftest import INJECTED, tdbg
+
+
+def test_eager_replay_of_every_saved_graph_is_bit_identical(saved_runs, tmp_path):
+    _, folder = saved_runs("healthy")
+    ran = tdbg(["replay", folder, "--backend", "eager"], json_path=tmp_path / "r.json")
+    assert ran.code == 0, ran.output
+    graphs = ran.json["graphs"]
+    assert [(g["graph"], g["status"], g["max_abs_error"]) for g in graphs] == [
+        ("g0_forward_c1", "ok", 0.0), ("g1_backward_c1", "ok", 0.0)]
+    assert "max abs error 0 (bit-identical)" in ran.stdout and "2 graph(s) replayed: 2 OK, 0 failed" in ran.stdout
+
+
+def test_replay_with_the_recorded_backend_passes_within_float32_tolerance(saved_runs, tmp_path):
+    _, folder = saved_runs("healthy")
+    ran = tdbg(["replay", os.path.join(folder, "g0_forward_c1")], json_path=tmp_path / "r.json")
+    assert ran.code == 0, ran.output
+    (doc,) = ran.json["graphs"]
+    assert doc["backend"] == "inductor" and doc["status"] == "ok" and doc["outputs"] == 13
+    # outputs are O(1): a correct float32 compile stays well inside the float32 tolerance
+    assert doc["max_abs_error"] < 10 * TOLERANCES[torch.float32][1]
+
+
+def test_replay_under_injected_bug_fails_like_tdbg_run_naming_the_node_and_line(saved_runs, tmp_path):
+    _, folder = saved_runs("healthy")
+    ran = tdbg(["replay", os.path.join(folder, "g0_forward_c1")], INJECTED, json_path=tmp_path / "r.json")
+    assert ran.code == 16, ran.output
+    (doc,) = ran.json["graphs"]
+    assert doc["stage"] == "accuracy" and doc["status"] == "failed"
+    assert "sigmoid" in doc["error"]["fx_node"].split(", ")
+    assert "FAILED g0_forward_c1 (forward): a compiled graph's results differ from eager (stage accuracy, exit code 16)" \
+        in ran.stdout
+    # the injected graph's backward does not use sigmoid: it still replays clean
+    ran = tdbg(["replay", os.path.join(folder, "g1_backward_c1")], INJECTED)
+    assert ran.code == 0, ran.output
+
+
+def test_tampered_tensor_file_is_bad_input_never_a_verdict(saved_runs, tmp_path):
+    _, folder = saved_runs("healthy")
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    victim = sorted((copy / "g0_forward_c1" / "tensors").iterdir())[3]
+    victim.write_bytes(victim.read_bytes()[:-4] + b"\0\0\0\0")
+    ran = tdbg(["replay", copy / "g0_forward_c1", "--backend", "eager"], json_path=tmp_path / "r.json")
+    assert ran.code == 3, ran.output
+    assert victim.name in ran.stderr and "does not match its SHA-256 name" in ran.stderr
+    assert ran.json["status"] == "error" and ran.json["cause"] == "bad_input" and "OK" not in ran.stdout
+
+
+def test_library_replay_eager_and_aot_eager(saved_runs):
+    _, folder = saved_runs("healthy")
+    graph = load_graph(folder, "g1_backward_c1")
+    eager = replay(graph, "eager")
+    assert (eager.status, eager.max_abs_error, eager.outputs) == ("ok", 0.0, len(graph.expected))
+    aot = replay(graph, "aot_eager")
+    assert aot.status == "ok" and aot.max_abs_error <= TOLERANCES[torch.float32][1]
+
+
+def test_unknown_graph_name_is_bad_input(saved_runs):
+    _, folder = saved_runs("healthy")
+    with pytest.raises(SavedIOError, match="meta.json is missing"):
+        load_graph(folder, "g9_forward_c1")
