@@ -267,6 +267,8 @@ class _Specializer:
 
     def __init__(self, gm, config, name, kind):
         self.gm, self.config, self.name, self.kind, self.cache = gm, config, name, kind, {}
+        from .trace import current_compile_id
+        self.compile_id = current_compile_id()   # TORCH_TRACE files call-time compiles under it
 
     def __call__(self, args):
         import torch
@@ -286,8 +288,10 @@ class _Specializer:
                 return lambda a: _flat(self.gm(*a))
             static = specialize(self.gm, args)
             name = f"{self.name}_s{len(self.cache)}"
-            compiled = _compile(static, list(args), self.config, name, self.kind,
-                                _start_trace(self.config, name), _output_spec(static))
+            from .trace import compile_scope
+            with compile_scope(self.compile_id):
+                compiled = _compile(static, list(args), self.config, name, self.kind,
+                                    _start_trace(self.config, name), _output_spec(static))
             self.cache[key] = compiled._call
             return compiled._call
 

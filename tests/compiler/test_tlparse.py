@@ -17,11 +17,26 @@ pytestmark = pytest.mark.skipif(TLPARSE is None, reason="the tlparse binary is n
 
 SCRIPT = """
 import torch
+from tdbg.compiler import make_backend
+from tdbg.compiler.config import current
 
 def f(x, y):
     return torch.relu(x).sum(dim=1) + y
 
+def g(x):
+    return torch.neg(x) * 2
+
 print(tuple(torch.compile(f, backend="tdbg")(torch.randn(4, 8), torch.randn(4)).shape))
+broken = make_backend(current().replace(inject_bug=("neg", "compile_error")))
+try:
+    torch.compile(g, backend=broken)(torch.randn(3))
+except Exception as e:
+    print(type(e).__name__)
+
+def h(x):
+    return torch.sigmoid(x) + 1
+
+print(tuple(torch.compile(h, backend="tdbg", dynamic=True)(torch.randn(5)).shape))
 """
 
 
@@ -34,7 +49,7 @@ def parsed(tmp_path_factory):
     proc = subprocess.run([sys.executable, "script.py"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "(4,)"
+    assert proc.stdout.split() == ["(4,)", "BackendCompilerFailed", "(5,)"]
     (log,) = os.listdir(root / "trace")
     out = root / "out"
     # --strict: every line of the trace must be one tlparse recognizes
@@ -44,10 +59,10 @@ def parsed(tmp_path_factory):
     return out, (out / "index.html").read_text()
 
 
-def artifact(parsed, name):
-    """The one file of compile 0/0 named `<name>_<n>.<ext>` that the index links to."""
+def artifact(parsed, name, compile_dir="-_0_0_0"):
+    """The one file of a compile (f's: 0/0, g's: 1/0, h's: 2/0) named `<name>_<n>.<ext>` that the index links to."""
     out, index = parsed
-    links = re.findall(rf'href="(-_0_0_0/{re.escape(name)}_\d+\.(?:html|json|txt))"', index)
+    links = re.findall(rf'href="({compile_dir}/{re.escape(name)}_\d+\.(?:html|json|txt))"', index)
     assert len(links) == 1, (name, links)
     return out / links[0]
 
@@ -90,3 +105,17 @@ def test_provenance_view_links_graph_lines_to_output_code(parsed):
     graph = artifact(parsed, "inductor_post_grad_graph").read_text().splitlines()
     relu_line = next(i for i, line in enumerate(graph, 1) if line.strip().startswith("relu:"))
     assert mappings["postToPyCode"][str(relu_line)], mappings   # the kernel's lines in the output code
+
+
+def test_a_compile_that_fails_still_lists_its_output_code(parsed):
+    code = artifact(parsed, "inductor_output_code_tdbg_g__1_inference_0", "-_1_0_0").read_text()
+    assert "tdbg_injected_compile_error_neg" in code
+    times = json.loads(artifact(parsed, "tdbg_compile_stage_times", "-_1_0_0").read_text())
+    assert (times["graph"], times["failed_stage"]) == ("g__1_inference_0", "build")
+
+
+def test_a_call_time_compile_is_listed_under_its_dynamo_compile(parsed):
+    # h has symbolic shapes: tdbg compiles it per signature when it is first called, after
+    # Dynamo's compile 2/0 ended; its files still belong to 2/0
+    code = artifact(parsed, "inductor_output_code_tdbg_h__2_inference_0_s0", "-_2_0_0").read_text()
+    assert "cpp_fused_add_sigmoid_0" in code
