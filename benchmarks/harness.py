@@ -133,7 +133,6 @@ def fault_cost(n: int, repeat: int = 5) -> dict:
 def startup_cost(spec: str) -> dict:
     """One-off start-up of a compiling backend: first trivial compile minus a second trivial compile."""
     import torch
-    import torch._dynamo
     from tdbg.minifier.diagnose.profiling import timed
     x = torch.randn(8)
     compiles = []
@@ -145,7 +144,7 @@ def startup_cost(spec: str) -> dict:
     except Exception as e:
         return {"backend": spec, "error": describe(e)}
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
     return {"backend": spec, "first_compile_s": compiles[0], "second_compile_s": compiles[1],
             "startup_s": compiles[0] - compiles[1]}
 
@@ -171,7 +170,6 @@ def check_cell(cell: Cell, runner, inputs, expected, reference):
 
 def run_workload(w, backends: list, settings: Settings) -> list:
     import torch
-    import torch._dynamo
     from tdbg.minifier.diagnose.accuracy import fp64_reference
     from tdbg.minifier.diagnose.profiling import alternate, median, timed
     fn, inputs = w.build(settings.quick)
@@ -201,7 +199,7 @@ def run_workload(w, backends: list, settings: Settings) -> list:
             cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
     _ratios(cells, w, inputs, expected)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return cells
 
 

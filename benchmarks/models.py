@@ -269,7 +269,6 @@ def check_training(cell: Cell, spec: str, initial, inputs: list, expected: tuple
 
 def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
     """Training-step cells, one per backend, measured like the harness's inference rows."""
-    import torch._dynamo
     from tdbg.minifier.diagnose.profiling import alternate, median, timed
     initial, inputs = build(zm, settings.quick, shapes, training=True)
     expected = gradients(copy.deepcopy(initial), inputs)
@@ -293,7 +292,7 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict)
             cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
     harness._ratios(cells, Workload(zm.name, zm.description, None), inputs, None)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return cells
 
 

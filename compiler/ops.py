@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import torch
 
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
+from .torch_compat import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
 
 aten = torch.ops.aten
 

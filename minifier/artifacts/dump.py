@@ -68,8 +68,8 @@ def wrap_backend(backend, *, after: str, level: int, out_dir: str, config):
 def _quiet_torch_dumper() -> None:
     """tdbg's dumper has taken over TORCHDYNAMO_REPRO_AFTER/LEVEL: PyTorch's own must not also
     dump (or raise its own AccuracyError) inside the same compile."""
-    import torch._dynamo.config
-    torch._dynamo.config.repro_after = None
+    from tdbg.compiler.torch_compat import dynamo_config
+    dynamo_config.repro_after = None
 
 
 class _Dumper:
@@ -121,7 +121,7 @@ class _Dumper:
         return spec
 
     def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from tdbg.compiler.torch_compat import unset_fake_temporarily
         with unset_fake_temporarily():  # AOT compiles under a fake mode; the dump is real
             return self._write(snap, inputs, files, outcome, subdir)
 
@@ -194,7 +194,7 @@ def _realize(inputs) -> list:
     """Real tensors for the inputs: fake tensors (AOT compile time) become random ones of the
     same shape, stride and dtype; symbolic sizes become their hints."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensor
+    from tdbg.compiler.torch_compat import FakeTensor
     out = []
     for x in inputs:
         if isinstance(x, FakeTensor):

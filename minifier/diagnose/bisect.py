@@ -544,17 +544,16 @@ def torch_probe(gm, example_inputs):
     spec = _PROBE["spec"]
     try:
         if spec["backend"] == "inductor":
-            from torch._inductor.compile_fx import compile_fx
+            from tdbg.minifier.runs.inductor_hooks import compile_fx
             return compile_fx(gm, example_inputs, inner_compile=_recording_inner)
-        import torch._dynamo
-        return torch._dynamo.lookup_backend(spec["backend"])(gm, example_inputs)
+        from tdbg.compiler.torch_compat import lookup_backend
+        return lookup_backend(spec["backend"])(gm, example_inputs)
     finally:
         _write_probe()
 
 
 def _setup_probe(spec: dict) -> dict:
-    import torch._inductor.config as inductor_config
-    from torch._inductor import compiler_bisector
+    from tdbg.minifier.runs.inductor_hooks import compiler_bisector, inductor_config
     bisector = compiler_bisector.CompilerBisector
     # Own state directory and explicit switches: the module may have been imported (and its
     # environment lookups cached) before this child's environment was set. bisection_enabled
@@ -577,7 +576,7 @@ def _setup_probe(spec: dict) -> dict:
 
 
 def _recording_inner(gm, *args, **kwargs):
-    from torch._inductor.compile_fx import compile_fx_inner
+    from tdbg.minifier.runs.inductor_hooks import compile_fx_inner
     for node in gm.graph.nodes:
         if node.op == "call_function":
             _PROBE["nodes"].setdefault(node.name, str(node.target))

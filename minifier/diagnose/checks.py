@@ -231,7 +231,8 @@ def _grads(fn: Callable, inputs: list, needs_grad: list, compiled: bool = False)
     flagged inputs; an input that gets no gradient gives zeros. With `compiled`, an exception
     from the backward pass carries `tdbg_during = "backward"`."""
     import torch
-    import torch.utils._pytree as pytree
+
+    from tdbg.compiler.torch_compat import pytree
     leaves = [a.detach().clone().requires_grad_(True) if need else a for a, need in zip(inputs, needs_grad)]
     wrt = [x for x, need in zip(leaves, needs_grad) if need]
     with torch.enable_grad():
@@ -314,7 +315,8 @@ def _clones(args) -> list:
 
 def _detach(value):
     import torch
-    import torch.utils._pytree as pytree
+
+    from tdbg.compiler.torch_compat import pytree
     return pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, value)
 
 
@@ -324,7 +326,7 @@ def _is_diff(value) -> bool:
 
 
 def _differentiable(value) -> bool:
-    import torch.utils._pytree as pytree
+    from tdbg.compiler.torch_compat import pytree
     return any(_is_diff(v) for v in pytree.tree_leaves(value))
 
 

@@ -96,10 +96,10 @@ class GraphCompile:
 
 def timed_backend(backend: Callable, log: list) -> Callable:
     """Wrap a Dynamo backend so each graph's compile time and size land in `log`."""
-    import torch._guards
+    from tdbg.compiler.torch_compat import CompileContext
 
     def compile_graph(gm, example_inputs):
-        cid = str(torch._guards.CompileContext.current_compile_id())
+        cid = str(CompileContext.current_compile_id())
         ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
         t0 = time.perf_counter()
         try:
@@ -166,9 +166,10 @@ def timed_compile(session, passes: list):
     """Within `session.install()`, what `torch.compile(m)` and `torch._dynamo.optimize(...)(m)`
     return is a TimedCallable, appended to `passes`."""
     import torch
-    import torch._dynamo
+
+    from tdbg.compiler.torch_compat import dynamo
     with session.install():
-        inner, inner_optimize = torch.compile, torch._dynamo.optimize
+        inner, inner_optimize = torch.compile, dynamo.optimize
 
         def compile(model=None, **kwargs):
             if model is None:
@@ -177,11 +178,11 @@ def timed_compile(session, passes: list):
 
         def optimize(*args, **kwargs):
             return _TimedOptimize(inner_optimize(*args, **kwargs), passes)
-        torch.compile, torch._dynamo.optimize = compile, optimize
+        torch.compile, dynamo.optimize = compile, optimize
         try:
             yield
         finally:
-            torch.compile, torch._dynamo.optimize = inner, inner_optimize
+            torch.compile, dynamo.optimize = inner, inner_optimize
 
 
 def _timed(passes: list, model, target) -> TimedCallable:
@@ -339,7 +340,8 @@ def profile_script(script: str, argv: list = (), *, backend: str = "inductor", i
 
 def _profile_passes(script: str, argv: list, backend: str, iterations: int, trace_path: Optional[str], cfg,
                     profile_iterations: int, step: Callable) -> ProfileReport:
-    import torch._dynamo
+    import torch
+
     from tdbg.compiler import config as tdbg_config
     from tdbg.minifier.diagnose.explain import build_report
     from tdbg.minifier.runs.backends import resolve
@@ -352,7 +354,7 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
     _check_pass(eager, script)
     if not eager.callables:
         raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
-    torch._dynamo.reset()
+    torch.compiler.reset()
     graphs: list = []
     session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind)
     before = _entries(cfg.debug_dir)

@@ -20,6 +20,7 @@ import importlib
 import pkgutil
 from typing import Optional
 
+from tdbg.compiler.torch_compat import MINIFY_WARM
 from tdbg.minifier.runs import forkserver
 from tdbg.minifier.reduce.oracle import Outcome
 
@@ -34,10 +35,9 @@ OUT_OF_MEMORY_FROM = {"compile_error": "compiling", "runtime_error": "running th
 
 # imported before the first fork, so no query pays for them (torch._dynamo alone takes seconds);
 # a superset of runner.ZYGOTE_WARM, so `Pool.servers` can also fork the capture run
-WARM = ("torch", "sympy", "torch._dynamo", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
-        "torch.fx.passes.fake_tensor_prop", "torch.fx.experimental.symbolic_shapes", "torch._decomp",
-        "functorch.compile", "tdbg.compiler", "tdbg.minifier.diagnose.accuracy", "tdbg.minifier.runs.backends",
-        "tdbg.minifier.runs.instrument", "tdbg.minifier.runs.runner", "tdbg.minifier.artifacts.graph_io",
+# (the torch internals among them: torch_compat.MINIFY_WARM, each checked by tests/compat)
+WARM = ("torch", "sympy", *MINIFY_WARM, "tdbg.compiler", "tdbg.minifier.diagnose.accuracy",
+        "tdbg.minifier.runs.backends", "tdbg.minifier.runs.instrument", "tdbg.minifier.runs.runner", "tdbg.minifier.artifacts.graph_io",
         "tdbg.minifier.reduce.oracle", "tdbg.minifier.reduce.workers:warm_up")
 _TENSORS: dict = {}   # server side: InputSpec.key -> tensor, filled by `remember`
 # named backend -> in-server handler paying that backend's once-per-process costs, run before the
@@ -147,13 +147,8 @@ def warm_inductor(_payload=None) -> None:
     vector-ISA probe (it compiles a library and loads it in a fresh interpreter that imports
     torch: 3.5 s per process with a warm disk cache, 20 s cold, on the busy 2-core machine), both
     cached per process. Runs no tensor op here, so forking stays safe."""
-    import torch._inductor.codegen.cpp            # noqa: F401
-    import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
-    import torch._inductor.compile_fx             # noqa: F401
-    import torch._inductor.fx_passes.post_grad    # noqa: F401
-    import torch._inductor.scheduler              # noqa: F401
-    from torch._inductor import cpu_vec_isa
-    cpu_vec_isa.valid_vec_isa_list()
+    from tdbg.minifier.runs import inductor_hooks
+    inductor_hooks.warm()
 
 
 def remember(tensors: dict) -> None:

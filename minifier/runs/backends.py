@@ -98,8 +98,7 @@ def _eager(config) -> Callable:
 
 
 def _aot_eager(config) -> Callable:
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
+    from tdbg.compiler.torch_compat import aot_autograd, make_boxed_func
 
     def nop(gm, example_inputs):
         return make_boxed_func(gm.forward)
@@ -133,12 +132,14 @@ def resolve(name: str, config=None, script: Optional[str] = None) -> Backend:
 
 
 def _torch_backend(func: str) -> Callable:
-    import torch._dynamo
-    registered = torch._dynamo.list_backends(exclude_tags=())
+    import torch
+
+    from tdbg.compiler.torch_compat import lookup_backend
+    registered = torch.compiler.list_backends(exclude_tags=())
     if func not in registered:
         raise BackendError(f"unknown backend 'torch:{func}': Dynamo has no backend named {func!r}; "
                            + choices_text(registered) + ".")
-    return torch._dynamo.lookup_backend(func)
+    return lookup_backend(func)
 
 
 def _from_module(module: str, func: str) -> Callable:
