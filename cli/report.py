@@ -22,18 +22,20 @@ from tdbg.cli.console import doing, err, exit_codes_help, fail
 
 # commands with --html -> how the debug traces are obtained ("env": the command's own compiles
 # write them; "rerun": one run of the failing configuration after the command)
-HTML_COMMANDS = {"run": "env", "bisect": "rerun", "minify": None, "explain": "env", "profile": "env"}
+# (compare's own compiles realize every node: not the graph the user runs, so none are traced)
+HTML_COMMANDS = {"run": "env", "bisect": "rerun", "minify": None, "explain": "env", "profile": "env", "compare": None}
 # command -> prefixes of the line the command prints as its verdict (the page's headline);
-# None: the first line it printed
+# None: the first line it printed; a function: the prefixes from the command's document
 HEADLINES = {"run": ("FAILED ", "OK "), "bisect": ("Verdict: ",),
-             "minify": ("Minified ", "Not reproduced: ", "Flaky: ", "error: "), "explain": None, "profile": None}
+             "minify": ("Minified ", "Not reproduced: ", "Flaky: ", "error: "), "explain": None, "profile": None,
+             "compare": lambda doc: (doc.get("message") or "",)}
 DEBUG_SUBDIR = "debug"
 
 
 def html_option() -> click.Option:
     return click.Option(["--html", "html_dir"], metavar="DIR",
-                        help="Also write an HTML report (DIR/index.html: one static page, opens from disk); "
-                             "DIR must be new or empty.")
+                        help="Also write an HTML report (DIR/index.html: one static page, opens from disk; the "
+                             "compiler's debug traces it shows go to DIR/debug/); DIR must be new or empty.")
 
 
 class HtmlReport:
@@ -69,7 +71,7 @@ class HtmlReport:
             verdict, extra_dirs = self._artifacts(doc)
             from tdbg.minifier.artifacts import report
             html = report.build(doc, command=self.command, command_line=self.command_line,
-                                headline=headline(self.command, transcript), transcript=transcript,
+                                headline=headline(self.command, transcript, doc), transcript=transcript,
                                 debug_dirs=(*_named_debug_dirs(doc), *extra_dirs, self.debug_dir), verdict=verdict)
             path = report.write(self.html_dir, html)
         except OSError as e:
@@ -105,12 +107,14 @@ def _last_error(transcript: dict) -> str:
     return lines[-1][len("error:"):].strip() if lines else ""
 
 
-def headline(command: str, transcript: dict) -> str:
+def headline(command: str, transcript: dict, doc: dict) -> str:
     """The verdict line exactly as the command printed it (stdout first, then stderr)."""
     prefixes = HEADLINES.get(command)
-    for stream in ("stdout", "stderr"):
+    if callable(prefixes):
+        prefixes = tuple(p for p in prefixes(doc) if p) or None
+    for stream in ("stdout", "stderr"):     # with --json -, the report went to stderr
         lines = [ln for ln in (transcript.get(stream) or "").splitlines() if ln.strip()]
-        if prefixes is None and lines and stream == "stdout":
+        if prefixes is None and lines:
             return lines[0]
         for line in lines:
             if prefixes and line.startswith(prefixes):

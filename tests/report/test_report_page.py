@@ -2,6 +2,7 @@
 map of older folders), the culprit marked in every pane, the sections each document gets, the
 shrink history, and `--html` / `tdbg report` refusing bad folders before any work."""
 import json
+import re
 import os
 import shutil
 from html.parser import HTMLParser
@@ -156,3 +157,31 @@ def test_html_dir_is_checked_before_any_work(tmp_path):
     assert proc.returncode == 2
     assert "--html" in proc.stderr and "not empty" in proc.stderr
     assert os.listdir(tmp_path) == ["mine.txt"]
+
+
+def test_compare_per_node_table():
+    """`tdbg compare`'s document (stored from `tdbg compare` on a `run --save-io` folder of foo2
+    with neg:accuracy): the culprit in the verdict and its row marked in the per-node table."""
+    doc = json.load(open(os.path.join(DATA, "compare_foo2.json")))
+    html = report.build(doc, command="compare", headline=doc["message"])
+    page = parse(html)
+    assert (page.ids["verdict-headline"], page.ids["v-fx-node"], page.ids["v-source"]) == \
+        ("1 graph(s): 1 diverges", "neg", "examples/foo2.py:6 in foo2: a = torch.neg(x1)")
+    body = html.split('id="nodes-g0_inference_c1"')[1].split("<tbody>")[1].split("</tbody>")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", body)
+    cells = [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r)] for r in rows]
+    assert [c[:3] + c[7:9] for c in cells] == [["neg", "aten.neg", "float32", "True", "True"],
+                                                ["maximum", "aten.maximum", "float32", "True", "False"],
+                                                ["cat", "aten.cat", "float32", "True", "False"]]
+    assert rows[0].startswith('<td><span class="culprit">neg</span>')
+
+
+def test_failure_path_still_gets_a_page(tmp_path):
+    """A command stopped by bad input before any run still writes its page: the error as printed."""
+    out = tmp_path / "page"
+    proc = run_tdbg(["bisect", str(tmp_path / "missing.py"), "--html", str(out)])
+    assert proc.returncode == 3
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("error:"))
+    page = parse((out / "index.html").read_text())
+    assert page.ids["verdict-headline"] == error
+    assert page.ids["v-stage"] == "bad_input" and page.ids["v-exit-code"] == "3"

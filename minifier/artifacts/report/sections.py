@@ -75,7 +75,16 @@ def _profile_verdict(doc: dict) -> dict:
             "next": [f"chrome://tracing (load {doc['trace_path']})"] if doc.get("trace_path") else []}
 
 
-VERDICTS = {"tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict, "tdbg.minify": _minify_verdict,
+def _compare_verdict(doc: dict) -> dict:
+    diverged = [g for g in doc.get("graphs") or [] if g.get("diverged")]
+    g = diverged[0] if diverged else {}
+    node = g.get("culprit") or g.get("first_divergence") or {}
+    return {"ok": doc.get("exit_code") == 0, "stage": "accuracy" if diverged else None, "graph": g.get("name"),
+            "fx_node": node.get("name"), "kernel": node.get("kernel"), "source": node.get("source"),
+            "message": g.get("message") or doc.get("message"), "summary": doc.get("message")}
+
+
+VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict, "tdbg.minify": _minify_verdict,
             "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict}
 
 
@@ -114,12 +123,25 @@ def errors_section(ctx: dict):
                  _num(m.get("max_abs_error")), _num(m.get("eager_error")), m.get("message")) for m in mismatches]
         parts.append(table(["output", "dtype", "shape", "max abs error", "eager's error vs float64", "detail"],
                            rows, numeric=(3, 4), ident="output-errors"))
-    per_node = doc.get("per_node") or doc.get("nodes")
-    if isinstance(per_node, list) and per_node and isinstance(per_node[0], dict):
-        headers = list(per_node[0])
-        parts.append("<h3>Per node</h3>" + table(headers, [[_cell(r.get(k)) for k in headers] for r in per_node],
-                                                  ident="node-errors"))
+    for g in doc.get("graphs") or [] if doc.get("schema") == "tdbg.compare" else []:
+        if g.get("nodes"):
+            parts.append(f"<h3>Per node: {h(g['name'])} <span class=\"dim\">{h(g.get('message'))}</span></h3>"
+                         + _node_table(g))
     return "".join(parts) or None
+
+
+NODE_COLUMNS = (("node", "name"), ("op", "op"), ("dtype", "dtype"), ("abs err vs float64", "abs_ref"),
+                ("rel err vs float64", "rel_ref"), ("abs err vs eager", "abs_eager"),
+                ("eager's abs err vs float64", "eager_abs_ref"), ("diverges", "diverges"),
+                ("wrong on its own inputs", "local_wrong"), ("kernel", "kernel"), ("user line", "source"))
+
+
+def _node_table(g: dict) -> str:
+    """`tdbg compare`'s per-node errors in graph order; the culprit's row is marked."""
+    culprit = (g.get("culprit") or {}).get("name")
+    rows = [[("html", f'<span class="culprit">{h(n["name"])}</span>') if n["name"] == culprit else n["name"]]
+            + [_cell(n.get(key)) for _title, key in NODE_COLUMNS[1:]] for n in g["nodes"]]
+    return table([title for title, _key in NODE_COLUMNS], rows, numeric=(3, 4, 5, 6), ident=f"nodes-{g['name']}")
 
 
 def _mismatches(doc: dict) -> list:
@@ -365,7 +387,7 @@ def transcript_section(ctx: dict):
 # (id, title, builder) in page order
 SECTIONS = (
     ("verdict", "Verdict", verdict_section),
-    ("errors", "Errors per output", errors_section),
+    ("errors", "Errors per output and node", errors_section),
     ("bisect", "Bisection", bisect_section),
     ("graphs", "Graphs, breaks and recompiles", graphs_section),
     ("code", "FX code, loop IR and C++", code_section),
