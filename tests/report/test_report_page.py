@@ -143,8 +143,14 @@ def test_report_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"HTML report: {out}/index.html",
                                         "2 compiled graph(s); model__0_forward_0: stage codegen failed (CppCompileError)"]
-    page = parse((out / "index.html").read_text())
-    assert sorted(page.graphs) == ["model__0_forward_0", "model__1_forward_0"]
+    html = (out / "index.html").read_text()
+    assert sorted(parse(html).graphs) == ["model__0_forward_0", "model__1_forward_0"]
+    stage_table = html.split('id="stage-times"')[1].split("</table>")[0]
+    cells = [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+             for row in re.findall(r"<tr>(.*?)</tr>", stage_table)]
+    assert cells[0] == ["graph", "lower", "check_lowered", "schedule", "check_scheduled", "codegen", "wrap", "build",
+                        "total"]
+    assert cells[1] == ["model__0_forward_0", "1.00", "", "2.00", "", "3.00 failed: CppCompileError", "", "", "6.00"]
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = run_tdbg(["report", str(empty), "--html", str(tmp_path / "p2")])

@@ -214,7 +214,9 @@ def graphs_section(ctx: dict):
         parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(g.get('frame'))}): {len(g.get('ops') or [])} op(s)"
                      f"{h(checked)}</h3>{lines}{brk}")
     for r in verdict.get("recompiles") or []:
-        parts.append(f"<div class=\"bad\">recompile: {h(json.dumps(r) if isinstance(r, dict) else r)}</div>")
+        r = r if isinstance(r, dict) else {"reason": r}
+        where = f" at {os.path.basename(str(r['file']))}:{r.get('line')}" if r.get("file") else ""
+        parts.append(f"<div class=\"bad\">recompile of {h(r.get('frame'))}{h(where)}: {h(r.get('reason'))}</div>")
     return "".join(parts)
 
 
@@ -295,13 +297,20 @@ def _source_key(text: str):
 
 
 def timings_section(ctx: dict):
-    rows = []
-    for g in ctx.get("graphs") or []:
-        for name, seconds, failed in g["stages"]:
-            rows.append((g["name"], name, f"{seconds * 1e3:.2f}", f"failed: {failed}" if failed else ""))
+    graphs = [g for g in ctx.get("graphs") or [] if g["stages"]]
+    # columns in compile order: the graph that got furthest lists the most stages, in order
+    stages = list(dict.fromkeys(name for g in sorted(graphs, key=lambda g: -len(g["stages"]))
+                                for name, _s, _f in g["stages"]))
     parts = []
-    if rows:
-        parts.append(table(["graph", "stage", "ms", ""], rows, numeric=(2,), ident="stage-times"))
+    if graphs:     # one row per compiled graph, one column per compiler stage (ms; a failed stage says so)
+        rows = []
+        for g in graphs:
+            cells = {name: f"{seconds * 1e3:.2f}" + (f" failed: {failed}" if failed else "")
+                     for name, seconds, failed in g["stages"]}
+            rows.append([g["name"], *(cells.get(name, "") for name in stages),
+                         f"{sum(sec for _n, sec, _f in g['stages']) * 1e3:.2f}"])
+        parts.append("<p class=\"note\">milliseconds per compiler stage (debug.log)</p>" + table(
+            ["graph", *stages, "total"], rows, numeric=range(1, len(stages) + 2), ident="stage-times"))
     doc = ctx["document"]
     if isinstance(doc.get("stages"), dict) and doc["stages"]:
         parts.append("<h3>Compile stages summed over graphs (profile)</h3>" + table(
