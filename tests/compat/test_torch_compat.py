@@ -32,7 +32,8 @@ def dynamo_seen():
     seen = {}
 
     def backend(gm, example_inputs):
-        seen["compile_id"] = str(torch_compat.CompileContext.current_compile_id())
+        seen["compile_id_object"] = torch_compat.CompileContext.current_compile_id()
+        seen["compile_id"] = str(seen["compile_id_object"])
         tc = torch_compat.TracingContext.try_get()
         seen["traced"] = [c.co_name for c in getattr(tc, "traced_code", None) or []]
         seen["frame"] = torch_compat.InstructionTranslator.current_tx().f_code.co_name
@@ -53,6 +54,13 @@ def dynamo_seen():
 def _check_compile_context(obj, seen):
     assert obj.current_compile_id() is None        # outside a compile
     assert seen["compile_id"] == "0/0"             # first frame, first compile after a reset
+
+
+def _check_compile_context_manager(fn, seen):
+    cid = seen["compile_id_object"]     # outside Dynamo's compile, as trace.compile_scope uses it
+    with fn(torch_compat.CompileContext(cid)):
+        assert torch_compat.CompileContext.current_compile_id() is cid
+    assert torch_compat.CompileContext.current_compile_id() is None
 
 
 def _check_tracing_context(obj, seen):
@@ -329,7 +337,7 @@ def _check_cpu_vec_isa(mod):
 
 CHECKS = {
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
-    "InstructionTranslator": _check_instruction_translator,
+    "InstructionTranslator": _check_instruction_translator, "compile_context": _check_compile_context_manager,
     "compile_lock": _check_compile_lock, "dynamo_disable": _check_dynamo_disable,
     "dynamo_counters": _check_counters, "flatten_graph_inputs": _check_flatten_graph_inputs,
     "dynamo": _check_dynamo, "dynamo_config": _check_dynamo_config, "lookup_backend": _check_lookup_backend,
@@ -351,7 +359,7 @@ CHECKS = {
     "inductor_config": _check_inductor_config, "compiler_bisector": _check_compiler_bisector,
     "cpu_vec_isa": _check_cpu_vec_isa,
 }
-NEEDS_DYNAMO_RUN = {"CompileContext", "TracingContext", "InstructionTranslator"}
+NEEDS_DYNAMO_RUN = {"CompileContext", "TracingContext", "InstructionTranslator", "compile_context"}
 ENTRY_IDS = [(t, n) for t, table in TABLES.items() for n in table.entries]
 
 
