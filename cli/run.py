@@ -90,11 +90,14 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
         code, commands = _outcome(verdict, script, args, backend, function)
         if kernel_tests:
             verdict["kernel_tests"] = _kernel_tests(io_dir, kernel_tests, verdict)
+            if not save_io and verdict.get("save_io"):   # the folder is gone once the tests are written
+                verdict["save_io"]["temporary"] = True
     render(verdict, script, backend, code, commands)
     write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                            "options": {"fullgraph": fullgraph, "function": function, "check_accuracy": check_accuracy,
                                        "check_calls": check_calls, "debug": debug, "logs": logs,
-                                       "timeout": timeout},
+                                       "timeout": timeout, "save_io": save_io, "profile": profile_io,
+                                       "kernel_tests": kernel_tests},
                            "exit_code": code, "next_commands": commands, "verdict": verdict},
                JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
@@ -282,7 +285,7 @@ def _save_io_lines(verdict: dict) -> None:
     from rich.markup import escape
     saved, tests = verdict.get("save_io"), verdict.get("kernel_tests")
     c = out()
-    if saved and tests is None or (saved and not str(saved.get("dir", "")).startswith(_tmp_prefix())):
+    if saved and not saved.get("temporary"):
         names = saved.get("graphs") or []
         timing = ", with timings" if saved.get("timings") else ""
         c.print(f"  [bold]saved io:[/] {len(names)} graph call(s) in {escape(saved['dir'])}{timing}"
@@ -299,7 +302,3 @@ def _save_io_lines(verdict: dict) -> None:
             c.print(f"  [bold]kernel tests:[/] {len(tests['files'])} file(s) for {tests['kernels']} kernel(s) in "
                     f"{escape(tests['dir'])} (run: pytest {escape(tests['dir'])})")
 
-
-def _tmp_prefix() -> str:
-    import tempfile
-    return os.path.join(tempfile.gettempdir(), "tdbg-save-io-")

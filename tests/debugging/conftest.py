@@ -12,6 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEEP_MLP = os.path.join("tests", "debugging", "scripts", "deep_mlp.py")
+TWO_SHAPES = os.path.join("tests", "debugging", "scripts", "two_shapes.py")
 INJECTED = {"TDBG_INJECT_BUG": "sigmoid:accuracy"}
 
 
@@ -51,6 +52,7 @@ class SavedRuns:
         "healthy": (["--profile"], {}),
         "injected": ([], INJECTED),
         "eager": (["--backend", "eager"], {}),
+        "two_shapes": (["--backend", "aot_eager"], {}),
     }
 
     def __init__(self, base):
@@ -66,7 +68,8 @@ class SavedRuns:
     def _run(self, name):
         extra, env = self.COMMANDS[name]
         folder = os.path.join(self.base, name)
-        ran = tdbg(["run", DEEP_MLP, "--save-io", folder, *extra], env, json_path=os.path.join(self.base, f"{name}.json"))
+        script = TWO_SHAPES if name == "two_shapes" else DEEP_MLP
+        ran = tdbg(["run", script, "--save-io", folder, *extra], env, json_path=os.path.join(self.base, f"{name}.json"))
         return ran, folder
 
     def __call__(self, name):
@@ -77,6 +80,6 @@ class SavedRuns:
 @pytest.fixture(scope="session")
 def saved_runs(tmp_path_factory):
     runs = SavedRuns(str(tmp_path_factory.mktemp("saved-io")))
-    runs.start("healthy", "injected", "eager")
+    runs.start("healthy", "injected", "eager", "two_shapes")
     yield runs
     runs.pool.shutdown(wait=True, cancel_futures=True)

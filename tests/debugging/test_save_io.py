@@ -78,6 +78,18 @@ def test_backend_without_aot_stage_saves_dynamo_graph_and_says_backward_is_not_s
     assert graph.compiled is not None and all(torch.equal(a, e) for a, e in zip(graph.compiled, graph.expected))
 
 
+def test_each_new_input_signature_is_saved_once(saved_runs):
+    ran, folder = saved_runs("two_shapes")
+    assert ran.code == 0, ran.output
+    run = load_saved(folder)
+    # calls: rows 4 (saved), rows 6 (new signature: saved), rows 4 again (seen: not saved)
+    assert [(g.name, g.meta["call"]) for g in run.graphs] == [("g0_inference_c1", 1), ("g0_inference_c2", 2)]
+    rows = [[v for v in g.inputs if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] == 3][0].shape[0]
+            for g in run.graphs]
+    assert rows == [4, 6]
+    assert run.graphs[0].replay_spec["aot"] == {"family": "aot_autograd", "graph": "inference"}
+
+
 def test_nonempty_folder_is_refused_before_work_and_left_alone(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
