@@ -191,3 +191,14 @@ def test_failure_path_still_gets_a_page(tmp_path):
     page = parse((out / "index.html").read_text())
     assert page.ids["verdict-headline"] == error
     assert page.ids["v-stage"] == "bad_input" and page.ids["v-exit-code"] == "3"
+
+
+def test_report_of_a_folder_holding_a_saved_document(tmp_path):
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    shutil.copy(os.path.join(DATA, "bisect_foo2.json"), folder / "bisect.json")
+    proc = run_tdbg(["report", str(folder), "--html", str(tmp_path / "page")])
+    assert proc.returncode == 0, proc.stderr
+    page = parse((tmp_path / "page" / "index.html").read_text())
+    summary = json.load(open(os.path.join(DATA, "bisect_foo2.json")))["verdict"]["summary"]
+    assert (page.ids["verdict-headline"], page.ids["v-fx-node"]) == (summary, "neg")

@@ -71,8 +71,7 @@ def _explain_verdict(doc: dict) -> dict:
 
 
 def _profile_verdict(doc: dict) -> dict:
-    return {"ok": doc.get("status", "ok") != "error", "message": doc.get("error"),
-            "next": [f"chrome://tracing (load {doc['trace_path']})"] if doc.get("trace_path") else []}
+    return {"ok": doc.get("status", "ok") != "error", "message": doc.get("error")}
 
 
 def _compare_verdict(doc: dict) -> dict:
