@@ -30,6 +30,7 @@ HEADLINES = {"run": ("FAILED ", "OK "), "bisect": ("Verdict: ",),
              "minify": ("Minified ", "Not reproduced: ", "Flaky: ", "error: "), "explain": None, "profile": None,
              "compare": lambda doc: (doc.get("message") or "",)}
 DEBUG_SUBDIR = "debug"
+TRACE_ENV = ("TDBG_COMPILE_DEBUG", "TDBG_DEBUG_DIR")   # set while an "env" command runs
 
 
 def html_option() -> click.Option:
@@ -43,6 +44,7 @@ class HtmlReport:
 
     def __init__(self, command: str, html_dir: str, params: dict):
         self.command, self.html_dir, self.params = command, html_dir, params
+        self.saved_env: dict = {}
         self.debug_dir = os.path.abspath(os.path.join(html_dir, DEBUG_SUBDIR))
         words = [params.get("script") or params.get("target") or "", *(params.get("args") or ())]
         self.command_line = common.command_line(["tdbg", command, *[w for w in words if w]])
@@ -55,9 +57,10 @@ class HtmlReport:
         report = cls(command, html_dir, params)
         console.record(True)
         if HTML_COMMANDS.get(command) == "env":
-            # the command's children build their config from the environment (config.from_env)
-            os.environ["TDBG_COMPILE_DEBUG"] = "1"
-            os.environ["TDBG_DEBUG_DIR"] = report.debug_dir
+            # the command's children build their config from the environment (config.from_env);
+            # the caller's values come back in finish (a test's CliRunner shares this process)
+            report.saved_env = {k: os.environ.get(k) for k in TRACE_ENV}
+            os.environ.update(TDBG_COMPILE_DEBUG="1", TDBG_DEBUG_DIR=report.debug_dir)
         return report
 
     def finish(self, code) -> None:
@@ -65,6 +68,11 @@ class HtmlReport:
         error line (the command's own exit code stands)."""
         transcript = console.recorded()
         console.record(False)
+        for key, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         doc = console.last_document() or {"schema": f"tdbg.{self.command}", "version": 1, "status": "error",
                                           "exit_code": code, "error": _last_error(transcript)}
         try:
@@ -89,7 +97,7 @@ class HtmlReport:
         from tdbg.minifier.runs.runner import RunRequest, run_script
         env = dict((doc.get("reproduce") or {}).get("env") or {})
         request = RunRequest(script=doc["script"], argv=list(doc.get("argv") or []), backend="inductor",
-                             check_accuracy=True, env=env, capture=True,
+                             check_accuracy=True, env=env, capture=True, timeout=self.params.get("timeout"),
                              config_changes={"debug": True, "debug_dir": self.debug_dir})
         err().print("HTML report: one more run of the failing configuration, with the compiler's debug traces on",
                     markup=False, highlight=False)
