@@ -151,7 +151,7 @@ class DebugTrace:
 
 def structured_trace_enabled() -> bool:
     """True when PyTorch's structured trace (TORCH_TRACE=dir) is collecting records."""
-    from torch._logging._internal import trace_log
+    from .torch_compat import trace_log
     return bool(trace_log.handlers)
 
 
@@ -161,7 +161,7 @@ def timed_stage(c, name: str) -> Iterator[None]:
     event `tdbg.<name>` (what Dynamo's `dynamo_timed` writes for Inductor's phases)."""
     timer = contextlib.nullcontext()
     if structured_trace_enabled():
-        from torch._dynamo.utils import dynamo_timed
+        from .torch_compat import dynamo_timed
         timer = dynamo_timed(f"tdbg.{name}", log_pt2_compile_event=True)
     start = time.perf_counter()
     try:
@@ -202,8 +202,8 @@ def _emit_structured(c, failed_stage) -> None:
     """The artifacts Inductor writes, under the names tlparse knows (so its index and its
     provenance view (-i) show tdbg's graph, output code and kernel <-> node mapping), plus
     tdbg's own loop IR, line-level provenance and stage times."""
-    from torch._logging import trace_structured
     from . import provenance
+    from .torch_compat import trace_structured
     fx_text = c.gm.print_readable(print_output=False)
     cache = {}
 
@@ -238,15 +238,16 @@ def _emit_structured(c, failed_stage) -> None:
 
 def current_compile_id():
     """Dynamo's id of the compile in progress (None outside one)."""
-    from torch._guards import CompileContext
+    from .torch_compat import CompileContext
     return CompileContext.current_compile_id()
 
 
 def compile_scope(compile_id):
-    """Under TORCH_TRACE, a context in which structured records carry `compile_id`: a graph with
-    symbolic shapes compiles per signature at call time, outside Dynamo's compile, and its
-    artifacts belong next to the Dynamo graph they specialize (tlparse groups by compile id)."""
+    """Under TORCH_TRACE, a context in which structured records carry `compile_id` (and attempt
+    0, which tlparse's folder names need): a graph with symbolic shapes compiles per signature at
+    call time, outside Dynamo's compile, and its artifacts belong next to the Dynamo graph they
+    specialize (tlparse groups files by compile id)."""
     if compile_id is None or not structured_trace_enabled():
         return contextlib.nullcontext()
-    from torch._guards import CompileContext, compile_context
+    from .torch_compat import CompileContext, compile_context
     return compile_context(CompileContext(compile_id))
