@@ -29,6 +29,7 @@ COMMANDS = {
     "replay": ("tdbg.cli.replay:replay", "Rerun one graph saved by `run --save-io` alone; compare with its eager outputs."),
     "diff": ("tdbg.cli.diff:diff", "Compare two `run --save-io` folders: changed graphs, outputs, timings."),
     "report": ("tdbg.cli.report:report", "Write the HTML report of an existing debug, run or minify folder."),
+    "compare": ("tdbg.cli.compare:compare", "Find the first FX node whose compiled value diverges from eager."),
 }
 
 

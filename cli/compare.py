@@ -1,0 +1,231 @@
+"""`tdbg compare`: where each compiled graph's numerics first diverge from eager, node by node."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import click
+
+from tdbg.cli import common
+from tdbg.cli.console import doing, exit_code, exit_codes_help, fail, now_doing, out, report_to_stderr, write_json
+
+JSON_SCHEMA, JSON_VERSION = "tdbg.compare", 1
+WINDOW = 4          # table rows shown before and after the first divergence
+CURVE_ROWS = 12     # most rows of a drift curve (sampled evenly, the crossing always kept)
+# verdict -> (label, rich style)
+LABELS = {
+    "ok": ("OK", "green"),
+    "culprit": ("DIVERGES", "bold red"),
+    "drift": ("DRIFT", "bold yellow"),
+    "fused": ("DIVERGES WHEN FUSED", "bold red"),
+    "outputs_differ": ("OUTPUTS DIFFER", "bold red"),
+    "outputs_match": ("OUTPUTS MATCH (only outputs observable)", "yellow"),
+    "error": ("COULD NOT COMPARE", "bold red"),
+}
+
+
+@click.command(epilog=exit_codes_help())
+@click.argument("target", type=click.Path())
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS]...")
+@click.option("--backend", metavar="NAME",
+              help="Compile with this backend (inductor = tdbg's compiler, aot_eager, torch:NAME, module:function, "
+                   "file.py:function). Default: inductor for a script; for a --save-io folder, the backend it "
+                   "was saved with.")
+@click.option("--graph", "graphs", multiple=True, metavar="NAME",
+              help="Compare only this saved graph (e.g. g0_forward_c1); repeatable.")
+@click.option("--tolerance", type=click.FloatRange(0, min_open=True), metavar="X",
+              help="rtol and atol for every float dtype instead of the per-dtype table.")
+@common.timeout_option(None)
+@common.json_option
+def compare(target, args, backend, graphs, tolerance, timeout, json_path):
+    """Find the first FX node whose compiled value diverges from eager, per compiled graph.
+
+    TARGET is a script (ARGS after --), run once with every compiled graph's real inputs saved
+    (as `tdbg run --save-io`), or a folder written by `tdbg run --save-io` (or one DIR/GRAPH).
+    Each graph (forward and backward) runs eager, in float64 and compiled with every node
+    realized; per node: errors against float64 and eager, and the first node beyond the
+    dtype's tolerance with its source line and kernel. Error that grows over many ops is shown
+    as drift, not blamed on one op.
+    """
+    common.check_output_file(json_path, "--json")
+    if json_path == "-":
+        report_to_stderr()
+    if backend:
+        common.check_backend(backend)
+    if os.path.isdir(target):
+        if args:
+            fail(f"{target} is a --save-io folder; script arguments (after --) go with a script.", "usage")
+        doc = _compare_folder(target, backend, graphs, tolerance)
+    else:
+        common.require_script(target)
+        doc = _compare_script(target, list(args), backend or "inductor", graphs, tolerance, timeout, json_path)
+    render(doc)
+    write_json(json_path, doc, JSON_SCHEMA, JSON_VERSION)
+    raise SystemExit(doc["exit_code"])
+
+
+def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path) -> dict:
+    from tdbg.minifier.runs.runner import RunRequest, run_script
+    tmp = tempfile.mkdtemp(prefix="tdbg-compare-")
+    try:
+        folder = os.path.join(tmp, "io")
+        with doing(f"the run of {script} with backend {backend}, saving each graph's inputs"):
+            verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
+                                            save_io=folder, stdout_to_stderr=json_path == "-"))
+        problem = _run_problem(verdict, script)
+        if problem:
+            message, code = problem
+            return {"target": script, "argv": args, "backend": backend, "status": "failed", "exit_code": code,
+                    "run": {k: verdict.get(k) for k in ("status", "stage", "error")}, "graphs": [],
+                    "message": message}
+        # each graph recompiles as the run compiled it (its replay spec: backend and config)
+        doc = _compare_folder(folder, None, graphs, tolerance)
+        doc.update(target=script, argv=args, backend=backend)
+        return doc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_problem(verdict: dict, script: str):
+    """(message, exit code) when the run gives nothing to compare, else None. A run that fails
+    on accuracy still saved its graphs: comparing them is the point."""
+    if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
+        return common.never_compiled_message(script), exit_code("bad_input")
+    if verdict["status"] == "ok" or verdict.get("stage") == "accuracy":
+        return None
+    err = verdict.get("error") or {}
+    words = common.STAGE_WORDS.get(verdict.get("stage"), verdict.get("stage"))
+    where = f" at {err['source']}" if err.get("source") else ""
+    return (f"the run of {script} failed before there was anything to compare: {words}{where}: "
+            f"{err.get('message', '')}. `tdbg run {script}` reports it in full.", common.stage_exit_code(verdict))
+
+
+def _compare_folder(folder, backend, graphs, tolerance) -> dict:
+    from tdbg.compiler.errors import TdbgError
+    from tdbg.minifier.artifacts.saved_io import load_graph, read_manifest, split_path
+    directory, one = split_path(folder)
+    try:
+        manifest = read_manifest(directory)
+        names = [one] if one else [row.get("name", "") for row in manifest["graphs"]]
+        unknown = [g for g in graphs if g not in names]
+        if unknown:
+            fail(f"{directory} has no saved graph {', '.join(unknown)}; it has: {', '.join(names) or 'none'}.",
+                 "bad_input")
+        names = [n for n in names if not graphs or n in graphs]
+        if not names:
+            skipped = "; ".join(str(s.get("reason", s)) for s in manifest.get("skipped", []) if isinstance(s, dict))
+            fail(f"{directory} holds no saved graph to compare" + (f" ({skipped})" if skipped else "") + ".",
+                 "bad_input")
+        saved = [load_graph(directory, n) for n in names]
+    except TdbgError as e:   # SavedIOError: a damaged or tampered folder is bad input, never a verdict
+        fail(str(e), getattr(e, "stage", "bad_input"))
+    rows = [_compare_one(g, directory, backend, tolerance) for g in saved]
+    code = _exit_code(rows)
+    return {"target": folder, "backend": backend or manifest.get("backend"), "status": "ok" if code == 0 else "failed",
+            "exit_code": code, "graphs": rows,
+            "message": _summary(rows)}
+
+
+def _compare_one(g, directory, backend, tolerance) -> dict:
+    from tdbg.minifier.diagnose.divergence import Replay, compare_graph
+    chosen = backend or Replay(g.replay_spec, directory)
+    now_doing(f"comparing graph {g.name} node by node")
+    try:
+        result = compare_graph(g.gm, g.inputs, chosen, name=g.name, kind=g.kind, tolerance=tolerance,
+                               sources=g.node_sources)
+    except Exception as e:  # a compile or run failure of this graph: its own stage, not a verdict
+        stage = getattr(e, "stage", None)
+        stage = stage if stage in ("lowering", "scheduling", "cpp_build", "kernel_runtime", "bad_input") else "backend"
+        return {"name": g.name, "kind": g.kind, "verdict": "error", "stage": stage, "diverged": None,
+                "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
+    return result.to_dict()
+
+
+def _exit_code(rows: list) -> int:
+    if any(r.get("diverged") for r in rows):
+        return exit_code("accuracy")
+    errors = [r for r in rows if r["verdict"] == "error"]
+    return exit_code(errors[0]["stage"]) if errors else exit_code("ok")
+
+
+def _summary(rows: list) -> str:
+    counts: dict = {}
+    for r in rows:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    return f"{len(rows)} graph(s): " + ", ".join(f"{n} {LABELS[v][0].lower()}" for v, n in counts.items())
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def render(doc: dict) -> None:
+    from rich.markup import escape
+    c = out()
+    if doc.get("run"):
+        c.print(f"[bold red]error:[/] {escape(doc['message'])}")
+        return
+    for g in doc["graphs"]:
+        _render_graph(c, g)
+    c.print(f"\n[bold]{escape(doc['message'])}[/]")
+
+
+def _render_graph(c, g: dict) -> None:
+    from rich.markup import escape
+    label, style = LABELS[g["verdict"]]
+    if g["verdict"] == "error":
+        c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}): [{style}]{label}[/] "
+                f"({escape(common.STAGE_WORDS.get(g['stage'], g['stage']))}): {escape(g['message'])}")
+        return
+    what = f"{len(g['nodes'])} nodes, {len(g['outputs'])} outputs" if g["mode"] == "nodes" else \
+        f"{len(g['outputs'])} outputs"
+    c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}, {what}, backend {escape(str(g['backend']))}): "
+            f"[{style}]{label}[/]")
+    c.print(f"  {escape(g['message'])}")
+    culprit = g.get("culprit") or (g["first_divergence"] if g["verdict"] in ("fused", "outputs_differ") else None)
+    if culprit:
+        c.print(f"  [bold]source:[/] {escape(culprit.get('source') or 'unknown (the node has no user line)')}")
+        c.print(f"  [bold]FX node:[/] {escape(culprit['name'])} = {escape(culprit['op'])}(...), {culprit['dtype']} "
+                f"{tuple(culprit['shape'])}")
+        if culprit.get("kernel"):
+            c.print(f"  [bold]kernel:[/] {escape(culprit['kernel'])}")
+    if g["verdict"] == "culprit":
+        _table(c, g["nodes"], _window(g["nodes"], g["culprit"]["index"]), g["culprit"]["index"])
+    elif g["verdict"] == "drift":
+        _table(c, g["nodes"], _curve_rows(g["nodes"], g["first_divergence"]["index"]), g["first_divergence"]["index"])
+    elif g["verdict"] in ("fused", "outputs_differ"):
+        _table(c, g["outputs"], range(len(g["outputs"])), None)
+        if g["verdict"] == "fused":
+            c.print("  next: tdbg bisect SCRIPT (finds the fusion that breaks it)")
+    for note in g.get("notes", []):
+        c.print(f"  [dim]note: {escape(note)}[/]")
+
+
+def _window(nodes: list, at: int) -> range:
+    return range(max(0, at - WINDOW), min(len(nodes), at + WINDOW + 1))
+
+
+def _curve_rows(nodes: list, crossing: int) -> list:
+    step = max(1, len(nodes) // CURVE_ROWS)
+    return sorted(set(range(0, len(nodes), step)) | {crossing, len(nodes) - 1})
+
+
+def _table(c, rows: list, indices, mark) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    t = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("#", "node", "op", "err vs fp64", "eager vs fp64", "err vs eager", ""):
+        t.add_column(col, justify="right" if col.startswith(("#", "err", "eager")) else "left", no_wrap=True)
+    previous = None
+    for i in indices:
+        if previous is not None and i > previous + 1:
+            t.add_row("...", "", "", "", "", "", "")
+        previous = i
+        r = rows[i]
+        status = "<- first" if i == mark else ("x" if r["diverges"] else "")
+        style = "bold red" if i == mark else ("red" if r["diverges"] else None)
+        t.add_row(str(r["index"]), escape(r.get("path") or r["name"]), escape(r["op"]), _num(r["abs_ref"]),
+                  _num(r["eager_abs_ref"]), _num(r["abs_eager"]), status, style=style)
+    c.print(t)
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3g}"

@@ -1,0 +1,526 @@
+"""Where a compiled graph's numerics first diverge from eager: node by node, in graph order.
+
+`compare_graph(gm, inputs, backend)` runs one aten (or Dynamo) FX graph three ways on the same
+inputs and returns a `GraphComparison`:
+
+- eager, same dtypes, every node's value kept;
+- a float64 reference: floating inputs, constants and dtype arguments raised to float64;
+- compiled: for backends that compile aten graphs (tdbg's compiler, torch:inductor's per-graph
+  compiler, aot_autograd(...) backends such as aot_eager) a debug copy of the graph in which every
+  compared node is also a graph output, compiled ONCE, so the compiler realizes every node; plus
+  the original graph compiled as it is, whose outputs are compared too (fusion can hide a bug
+  that realized nodes do not show). Other backends: the original graph's outputs only, and the
+  comparison says that only outputs were observable.
+
+Per node: max abs / max relative error of the compiled value against the float64 reference and
+against eager, and eager's own error against the reference. A node *diverges* by the rule of
+`accuracy.py` (the dtype's tolerance against eager, unless the compiled error against float64 is
+within `FP64_MULTIPLIER` times eager's own error plus atol). A node is *locally wrong* when the
+same rule fails against its op re-run eagerly (and in float64) on the COMPILED values of its
+inputs: that separates an op that computes wrongly from error it only inherits.
+
+Verdicts (VERDICTS): `culprit` (the first node that diverges and is locally wrong: its source
+line, FX node and kernel), `drift` (nodes diverge but no op is locally wrong: error grew over
+many ops; the per-node error curve is the evidence), `fused` (the original graph's outputs
+diverge though no realized node does: the bug needs fusion; `tdbg bisect` narrows it),
+`outputs_differ` / `outputs_match` (only outputs observable), `ok`. Relative error is
+max |x - r| / max(|r|, atol) over elements (no blow-up near zero). Nothing here prints.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+from torch.fx.node import map_arg
+
+from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES
+
+VERDICTS = {
+    "ok": "every compared node and output is within tolerance",
+    "culprit": "an op computes a wrong value from correct inputs",
+    "drift": "error grows over many ops; no single op is the culprit",
+    "fused": "the graph's outputs diverge only when nodes are fused; no realized node diverges",
+    "outputs_differ": "the outputs diverge; only outputs were observable with this backend",
+    "outputs_match": "the outputs match; only outputs were observable with this backend",
+}
+DIVERGED = ("culprit", "drift", "fused", "outputs_differ")
+DEFAULT_TOLERANCE = (1e-5, 1e-5)   # (rtol, atol) of a float dtype TOLERANCES does not list
+
+
+@dataclass
+class NodeError:
+    """One compared value: a node of the realized graph, or an output of the original graph."""
+    index: int                  # position among the compared values (graph order)
+    name: str                   # FX node name (outputs: the node that produces them)
+    op: str
+    dtype: str
+    shape: list
+    abs_ref: Optional[float]    # compiled vs float64 reference
+    rel_ref: Optional[float]
+    abs_eager: float            # compiled vs eager (same dtype)
+    rel_eager: float
+    eager_abs_ref: Optional[float]   # eager's own error vs the reference
+    diverges: bool
+    local_wrong: Optional[bool] = None   # None: not checked (outputs, unobservable inputs)
+    source: Optional[str] = None
+    kernel: Optional[str] = None
+    path: Optional[str] = None  # outputs only: out[i]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GraphComparison:
+    name: str
+    kind: str
+    backend: str
+    mode: str                   # "nodes" (every node realized) or "outputs" (only outputs observable)
+    verdict: str                # a VERDICTS key
+    message: str
+    nodes: list = field(default_factory=list)      # NodeError per compared node, graph order
+    outputs: list = field(default_factory=list)    # NodeError per output of the original compiled graph
+    first_divergence: Optional[NodeError] = None
+    culprit: Optional[NodeError] = None
+    drift_ops: Optional[int] = None
+    notes: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def diverged(self) -> bool:
+        return self.verdict in DIVERGED
+
+    def curve(self) -> list:
+        """[(node name, relative error vs float64 (vs eager when no reference))] in graph order."""
+        return [(n.name, n.rel_ref if n.rel_ref is not None else n.rel_eager) for n in self.nodes]
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("name", "kind", "backend", "mode", "verdict", "message", "drift_ops",
+                                          "notes", "seconds")}
+        d["diverged"] = self.diverged
+        d["nodes"] = [n.to_dict() for n in self.nodes]
+        d["outputs"] = [n.to_dict() for n in self.outputs]
+        d["first_divergence"] = self.first_divergence.to_dict() if self.first_divergence else None
+        d["culprit"] = self.culprit.to_dict() if self.culprit else None
+        return d
+
+
+class CompareError(ValueError):
+    """The graph cannot be compared (e.g. a backend with no per-graph compiler for this graph)."""
+
+
+# -- compiling one graph with a backend ---------------------------------------------------------
+def _tdbg_compiler(backend, config, name, kind):
+    from tdbg.compiler import compile_aten
+    return lambda gm, inputs: compile_aten(gm, inputs, config, graph_name=name, kind=kind)
+
+
+def _inductor_compiler(backend, config, name, kind):
+    def compile_one(gm, inputs):
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        from tdbg.minifier.runs.aot_capture import unboxed
+        return unboxed(compile_fx_inner(gm, inputs, is_backward=kind == "backward", is_inference=kind == "inference"))
+    return compile_one
+
+
+def _aot_autograd_compiler(backend, config, name, kind):
+    from tdbg.minifier.runs.aot_capture import unboxed
+    kwargs = getattr(backend, "kwargs", {})
+    key = {"forward": "fw_compiler", "backward": "bw_compiler", "inference": "inference_compiler"}.get(kind)
+    compiler = kwargs.get(key) or kwargs["fw_compiler"]
+    return lambda gm, inputs: unboxed(compiler(gm, inputs))
+
+
+# aot_capture family -> its per-graph (aten) compiler: these backends can compile the realized graph
+ATEN_COMPILERS = {"tdbg": _tdbg_compiler, "torch:inductor": _inductor_compiler,
+                  "aot_autograd": _aot_autograd_compiler}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Compile as a saved run did: a saved graph's meta.json "replay" spec (the
+    repro_templates/runtime.py format: backend, config differences, after, aot family) and the
+    folder its backend files are found in."""
+    spec: dict
+    folder: str
+
+    @property
+    def label(self) -> str:
+        b = self.spec.get("backend") or {}
+        return str(b.get("name") or b.get("attr") or b.get("repr") or "the saved backend")
+
+
+def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str = "inference") -> tuple:
+    """(label, compile(gm, inputs) -> callable(*args), realizes) for `backend`: a backend name
+    (backends.resolve), a resolved Backend, a `Replay`, or a per-graph aten compiler
+    callable(gm, inputs). `realizes` is True when the compiler compiles aten graphs (then the
+    realized-nodes trick works); a graph of kind "dynamo" and a backend with no AOT stage tdbg
+    can reach are compiled by the Dynamo backend itself (only outputs are observable)."""
+    from tdbg.minifier.runs import backends
+    from tdbg.minifier.runs.aot_capture import family_of, unboxed
+    if isinstance(backend, Replay):
+        from tdbg.repro_templates import runtime
+        spec = dict(backend.spec, aot=dict(backend.spec.get("aot") or {}, graph=kind))
+        realizes = kind != "dynamo" and spec.get("after", "aot") == "aot"
+        return backend.label, (lambda gm, inputs: unboxed(runtime.compile_graph(gm, inputs, spec, backend.folder))), \
+            realizes
+    if callable(backend) and not isinstance(backend, backends.Backend):
+        return getattr(backend, "__name__", "callable"), (lambda gm, inputs: unboxed(backend(gm, inputs))), True
+    resolved = backends.resolve(backend, config) if isinstance(backend, str) else backend
+    family = family_of(resolved)
+    if kind != "dynamo" and family in ATEN_COMPILERS:
+        fn = getattr(resolved, "compiler_fn", resolved)
+        return resolved.name, ATEN_COMPILERS[family](fn, config, name, kind), True
+    return resolved.name, (lambda gm, inputs: unboxed(resolved.compiler_fn(gm, inputs))), False
+
+
+# -- running the graph node by node -------------------------------------------------------------
+def _fresh(values):
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _to64(value):
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(torch.float64)
+    if isinstance(value, torch.dtype) and value.is_floating_point:
+        return torch.float64
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to64(v) for k, v in value.items()}
+    return value
+
+
+def _attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def run_nodes(gm, inputs, *, fp64: bool = False) -> tuple:
+    """({node: value} for every node, graph outputs) running `gm` op by op under no_grad; with
+    `fp64` every floating tensor and floating dtype argument is float64 (the reference)."""
+    env: dict = {}
+    args = iter(inputs)
+    out = None
+    lift = _to64 if fp64 else (lambda v: v)
+    with torch.no_grad():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = lift(next(args))
+            elif node.op == "get_attr":
+                env[node] = lift(_attr(gm, node.target))
+            elif node.op == "call_function":
+                a, kw = map_arg((node.args, node.kwargs), env.__getitem__)
+                env[node] = node.target(*lift(a), **lift(kw))
+            elif node.op == "output":
+                out = map_arg(node.args[0], env.__getitem__)
+            else:
+                raise CompareError(f"node {node.name}: op {node.op!r} is not in aten graphs; compare needs a "
+                                   "graph of call_function nodes")
+    return env, out
+
+
+def _is_random(node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def _is_mutating(node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def observed_nodes(gm, eager_env: dict) -> tuple:
+    """(nodes compared, count of skipped random nodes and their users): call_function nodes with a
+    tensor value, except mutating ops (their value is an input's storage) and anything computed
+    from a random op (the compiled RNG stream need not match eager's)."""
+    tainted: set = set()
+    chosen = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if _is_random(node) or any(a in tainted for a in node.all_input_nodes):
+            tainted.add(node)
+            continue
+        if isinstance(eager_env.get(node), torch.Tensor) and not _is_mutating(node):
+            chosen.append(node)
+    return chosen, len(tainted)
+
+
+def realized_graph(gm, nodes) -> torch.fx.GraphModule:
+    """A copy of `gm` returning (its own outputs..., every node of `nodes`): compiled once, every
+    compared node is a buffer the compiler must write."""
+    graph = torch.fx.Graph()
+    remap: dict = {}
+    out = graph.graph_copy(gm.graph, remap)
+    flat, _ = torch.utils._pytree.tree_flatten(out)
+    graph.output(tuple(flat) + tuple(remap[n] for n in nodes))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _ensure_meta(gm, inputs):
+    """node.meta["val"] (fake tensors) on every node, as compilers of aten graphs expect."""
+    if all("val" in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                                         for x in _fresh(inputs)])
+
+
+# -- errors -------------------------------------------------------------------------------------
+def _tolerance(dtype, tolerance):
+    if tolerance is not None:
+        return tolerance, tolerance
+    return TOLERANCES.get(dtype, DEFAULT_TOLERANCE)
+
+
+def _max_errors(x64, r64, atol) -> tuple:
+    """(max |x - r|, max |x - r| / max(|r|, atol)) of two float64 tensors; a NaN where r has none
+    is inf. In place on fresh temporaries: five passes over the data in the common, NaN-free case."""
+    if x64.numel() == 0:
+        return 0.0, 0.0
+    d = torch.sub(x64, r64).abs_()
+    worst = float(d.max())            # max propagates NaN: the NaN handling only when one is there
+    if worst != worst:
+        both_nan = x64.isnan() & r64.isnan()
+        d = torch.where(both_nan, torch.zeros((), dtype=d.dtype), d.nan_to_num(nan=float("inf")))
+        scale = r64.abs().nan_to_num_(nan=0.0).clamp_min_(atol)
+        worst = float(d.max())
+    else:
+        scale = r64.abs().clamp_min_(atol)
+    return worst, float(d.div_(scale).max())
+
+
+def judge(compiled, eager, ref, *, tolerance=None) -> dict:
+    """Errors of one compiled value and whether it diverges (accuracy.py's rule, for one tensor)."""
+    if compiled.shape != eager.shape or compiled.dtype != eager.dtype:
+        return dict(abs_ref=None, rel_ref=None, abs_eager=float("inf"), rel_eager=float("inf"),
+                    eager_abs_ref=None, diverges=True)
+    if not eager.is_floating_point():
+        equal = torch.equal(compiled, eager)
+        d = 0.0 if equal else float((compiled.double() - eager.double()).abs().max())
+        return dict(abs_ref=None, rel_ref=None, abs_eager=d, rel_eager=d, eager_abs_ref=None, diverges=not equal)
+    rtol, atol = _tolerance(eager.dtype, tolerance)
+    c64, e64 = compiled.detach().double(), eager.detach().double()
+    abs_e, rel_e = _max_errors(c64, e64, atol)
+    row = dict(abs_ref=None, rel_ref=None, abs_eager=abs_e, rel_eager=rel_e, eager_abs_ref=None, diverges=False)
+    close = abs_e == 0.0 or torch.allclose(compiled, eager, rtol=rtol, atol=atol, equal_nan=True)
+    if isinstance(ref, torch.Tensor) and ref.shape == eager.shape:
+        r64 = ref.detach().double()
+        row["abs_ref"], row["rel_ref"] = _max_errors(c64, r64, atol)
+        row["eager_abs_ref"] = _max_errors(e64, r64, atol)[0] if abs_e else row["abs_ref"]
+        if close:
+            return row
+        same_nans = torch.equal(compiled.isnan(), ref.isnan())
+        row["diverges"] = not (same_nans and row["abs_ref"] <= FP64_MULTIPLIER * row["eager_abs_ref"] + atol)
+        return row
+    row["diverges"] = not close
+    return row
+
+
+def _local_wrong(node, compiled_value, comp_env, tolerance) -> Optional[bool]:
+    """Is `node`'s op wrong on its own: its compiled value against the op re-run on the compiled
+    values of its inputs (eagerly in the same dtype, and in float64)?"""
+    a, kw = map_arg((node.args, node.kwargs), comp_env.__getitem__)
+    try:
+        with torch.no_grad():
+            local = node.target(*a, **kw)
+            local_ref = node.target(*_to64(a), **_to64(kw))
+    except Exception:
+        return None
+    if not isinstance(local, torch.Tensor):
+        return None
+    return judge(compiled_value, local, local_ref if isinstance(local_ref, torch.Tensor) else None,
+                 tolerance=tolerance)["diverges"]
+
+
+# -- sources and kernels ------------------------------------------------------------------------
+def node_sources(gm) -> dict:
+    """FX node name -> its user line ('file:line in fn: code'), for nodes that have one."""
+    from tdbg.minifier.diagnose.checks import node_source
+    from tdbg.minifier.runs.instrument import is_user_file
+    found = {}
+    for n in gm.graph.nodes:
+        line = node_source(n, is_user_file)
+        if line:
+            found[n.name] = line
+    return found
+
+
+def kernel_of(compiled) -> Callable[[str], Optional[str]]:
+    """FX node name -> the kernel computing it in a tdbg CompiledGraph (the first kernel listing
+    it), 'aten fallback' for a node tdbg did not lower, None when the backend names no kernels."""
+    kernels = getattr(compiled, "kernel_nodes", None)
+    if kernels is None:
+        return lambda name: None
+    first: dict = {}
+    for kernel, names in kernels.items():
+        for n in names:
+            first.setdefault(n, kernel)
+    lowered = set(getattr(compiled, "lowered_nodes", ()))
+    return lambda name: first.get(name) or (None if name in lowered else "aten fallback")
+
+
+def _op_name(node) -> str:
+    """'aten.neg' for aten.neg.default (the overload adds nothing a reader needs)."""
+    packet = getattr(node.target, "overloadpacket", None)
+    return str(packet) if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+# -- the comparison -----------------------------------------------------------------------------
+def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph", kind: str = "inference",
+                  config=None, tolerance: Optional[float] = None, sources: Optional[dict] = None) -> GraphComparison:
+    """Compare `gm` compiled by `backend` with eager and float64, node by node (module docstring).
+
+    `inputs` are not modified (every run gets fresh copies). `sources` (FX node name -> user line)
+    replaces the stack traces on the nodes (saved graphs carry them that way). A compile or run
+    failure of the backend propagates (it is not an accuracy verdict)."""
+    seconds: dict = {}
+    t0 = time.perf_counter()
+    label, compile_one, realizes = graph_compiler(backend, config=config, name=name, kind=kind)
+    notes = []
+    sources = dict(sources) if sources is not None else node_sources(gm)
+    eager_env, eager_out = run_nodes(gm, _fresh(inputs))
+    try:
+        ref_env, ref_out = run_nodes(gm, _fresh(inputs), fp64=True)
+    except Exception as e:   # an op without float64 support: judge against eager alone, and say so
+        ref_env, ref_out = {}, None
+        notes.append(f"no float64 reference ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                     "errors are judged against eager alone")
+    seconds["eager_and_reference"] = time.perf_counter() - t0
+
+    if kind != "dynamo" and realizes:
+        _ensure_meta(gm, inputs)
+    t1 = time.perf_counter()
+    original = compile_one(gm, _fresh(inputs))
+    seconds["compile"] = time.perf_counter() - t1
+    t1 = time.perf_counter()
+    compiled_out = original(*_fresh(inputs))
+    seconds["run"] = time.perf_counter() - t1
+    kernel = kernel_of(original)
+    outputs = _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance)
+
+    nodes: list = []
+    if realizes:
+        observed, skipped = observed_nodes(gm, eager_env)
+        if skipped:
+            notes.append(f"{skipped} node(s) computed from random ops are not compared (the compiled random "
+                         "stream need not match eager's)")
+        t1 = time.perf_counter()
+        debug_gm = realized_graph(gm, observed)
+        debug = compile_one(debug_gm, _fresh(inputs))
+        seconds["compile_realized"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        values = list(debug(*_fresh(inputs)))[len(outputs):]
+        seconds["run_realized"] = time.perf_counter() - t1
+        if len(values) != len(observed):
+            raise CompareError(f"the realized graph returned {len(values)} node values for {len(observed)} nodes")
+        t1 = time.perf_counter()
+        nodes = _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, kernel,
+                               kernel_of(debug), tolerance)
+        seconds["errors"] = time.perf_counter() - t1
+    else:
+        notes.append(f"{label} compiles Dynamo-level graphs its own way: only the graph's outputs were observable")
+    seconds["total"] = time.perf_counter() - t0
+    result = GraphComparison(name, kind, label, "nodes" if realizes else "outputs", "ok", "", nodes, outputs,
+                             notes=notes, seconds=seconds)
+    _decide(result)
+    return result
+
+
+def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance) -> list:
+    from tdbg.minifier.diagnose.accuracy import flatten
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    producers = [p for _, p in flatten(out_node.args[0])]
+    exp, act = flatten(eager_out), flatten(list(compiled_out) if isinstance(compiled_out, tuple) else compiled_out)
+    if not isinstance(compiled_out, (list, tuple)):
+        act = flatten([compiled_out])
+    refs = flatten(ref_out) if ref_out is not None else [(p, None) for p, _ in exp]
+    if len(act) != len(exp):
+        raise CompareError(f"the compiled graph returned {len(act)} outputs; eager returned {len(exp)}")
+    rows = []
+    for i, ((path, e), (_, a), (_, r), producer) in enumerate(zip(exp, act, refs, producers)):
+        if not isinstance(e, torch.Tensor):
+            continue
+        node_name = getattr(producer, "name", path)
+        row = judge(a, e, r, tolerance=tolerance)
+        rows.append(NodeError(i, node_name, _op_name(producer) if hasattr(producer, "target") else "output",
+                              str(e.dtype).replace("torch.", ""), list(e.shape), local_wrong=None,
+                              source=sources.get(node_name), kernel=kernel(node_name), path=path, **row))
+    return rows
+
+
+def _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, kernel, debug_kernel,
+                   tolerance) -> list:
+    comp_env = dict(eager_env)          # unobserved nodes (scalars, mutations) keep their eager value
+    for node, inp in zip((n for n in gm.graph.nodes if n.op == "placeholder"), _fresh(inputs)):
+        comp_env[node] = inp
+    rows = []
+    for i, (node, value) in enumerate(zip(observed, values)):
+        comp_env[node] = value
+    for i, (node, value) in enumerate(zip(observed, values)):
+        eager = eager_env[node]
+        row = judge(value, eager, ref_env.get(node), tolerance=tolerance)
+        # the local check costs two op calls: only where the node diverges (or for its culprit role)
+        local = _local_wrong(node, value, comp_env, tolerance) if row["diverges"] else None
+        rows.append(NodeError(i, node.name, _op_name(node), str(eager.dtype).replace("torch.", ""),
+                              list(eager.shape), local_wrong=local, source=sources.get(node.name),
+                              kernel=kernel(node.name) or debug_kernel(node.name), **row))
+    return rows
+
+
+def _decide(c: GraphComparison) -> None:
+    """Verdict, first divergence, culprit and drift length from the rows."""
+    out_bad = next((o for o in c.outputs if o.diverges), None)
+    if c.mode == "outputs":
+        c.first_divergence = out_bad
+        c.verdict = "outputs_differ" if out_bad else "outputs_match"
+        c.message = (f"{out_bad.path} diverges ({_err_text(out_bad)}); " if out_bad else "") + VERDICTS[c.verdict]
+        return
+    c.first_divergence = next((n for n in c.nodes if n.diverges), None)
+    c.culprit = next((n for n in c.nodes if n.diverges and n.local_wrong), None)
+    if c.culprit is not None:
+        c.verdict = "culprit"
+        c.message = f"first diverging op: {c.culprit.name} ({c.culprit.op}), {_err_text(c.culprit)}"
+        if c.first_divergence is not c.culprit:
+            c.message += (f"; error had already drifted past tolerance at {c.first_divergence.name} "
+                          f"(node {c.first_divergence.index}) without a wrong op")
+        return
+    if c.first_divergence is not None:
+        c.verdict = "drift"
+        start = next((n for n in c.nodes if _grows(n)), c.first_divergence)
+        c.drift_ops = c.first_divergence.index - start.index + 1
+        c.message = (f"error grows over {c.drift_ops} ops; no single op is the culprit (tolerance first "
+                     f"exceeded at {c.first_divergence.name}, node {c.first_divergence.index} of {len(c.nodes)}, "
+                     f"{_err_text(c.first_divergence)})")
+        return
+    if out_bad is not None:
+        c.verdict = "fused"
+        c.first_divergence = out_bad
+        c.message = (f"{out_bad.path} ({out_bad.name}) diverges ({_err_text(out_bad)}) but no realized node does: "
+                     "the divergence appears only when nodes are fused (a fusion or scheduling bug); "
+                     "`tdbg bisect` finds the fusion")
+        return
+    c.verdict = "ok"
+    c.message = f"{len(c.nodes)} nodes and {len(c.outputs)} outputs within tolerance"
+
+
+def _grows(n: NodeError) -> bool:
+    """The compiled value is already further from float64 than eager is (where drift starts)."""
+    if n.abs_ref is None or n.eager_abs_ref is None:
+        return n.abs_eager > 0
+    return n.abs_ref > n.eager_abs_ref
+
+
+def _err_text(n: NodeError) -> str:
+    if n.abs_ref is not None:
+        return f"max abs error {n.abs_ref:.3g} vs float64 (eager's own {n.eager_abs_ref:.3g}), {n.abs_eager:.3g} vs eager"
+    return f"max abs error {n.abs_eager:.3g} vs eager"

@@ -1,0 +1,217 @@
+"""`tdbg compare`: the first FX node whose compiled value diverges from eager.
+
+Library cases run on the real aten graphs of scripts/compare_chain.py (a 21-op chain, forward 25
+compared nodes, backward 50), captured once per module with tdbg's own backend; one end-to-end
+case runs the CLI on the script with TDBG_INJECT_BUG.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tdbg.compiler import config as tconfig
+from tdbg.minifier.diagnose.divergence import compare_graph
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+CHAIN = os.path.join(SCRIPTS, "compare_chain.py")
+NEG_LINE = f"{CHAIN}:17 in chain: z = torch.neg(y)"
+COS_LINE = f"{CHAIN}:21 in chain: z = torch.cos(z)"   # cos's backward is -sin: the backward's neg
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SCRIPTS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _capture(fn, backend_of, *args, backward=False):
+    """{kind: (aten gm, real inputs of its first call)} of `fn` compiled by a capturing backend."""
+    graphs = {}
+
+    def inner(gm, kind, compiled):
+        def run(*call_args):
+            graphs.setdefault(kind, (gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a
+                                          for a in call_args]))
+            return compiled(*call_args)
+        return run
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend_of(inner))(*args)
+    if backward:
+        out.sum().backward()
+    return graphs
+
+
+@pytest.fixture(scope="module")
+def cli_chain(tmp_path_factory):
+    """`tdbg compare compare_chain.py --json` under TDBG_INJECT_BUG=neg:accuracy, started first so
+    that its two processes overlap the in-process tests; (process, stdout file, JSON path)."""
+    folder = tmp_path_factory.mktemp("compare-cli")
+    out, stdout = folder / "compare.json", open(folder / "stdout.txt", "w+")
+    env = dict(os.environ, TDBG_INJECT_BUG="neg:accuracy", COLUMNS="120")
+    proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "compare", CHAIN, "--json", str(out)],
+                            stdout=stdout, stderr=subprocess.STDOUT, text=True, env=env)
+    yield proc, stdout, out
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    stdout.close()
+
+
+@pytest.fixture(scope="module")
+def chain_graphs(cli_chain):
+    from tdbg.compiler import compile_aten, make_backend
+
+    def backend_of(inner):
+        def compile_one(gm, inputs, cfg, *, graph_name, kind):
+            return inner(gm, kind, compile_aten(gm, inputs, cfg, graph_name=graph_name, kind=kind))
+        return make_backend(tconfig.current(), inner_compile=compile_one)
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 33, requires_grad=True), torch.randn(64, 33, requires_grad=True)
+    return _capture(_load("compare_chain").chain, backend_of, x, w, backward=True)
+
+
+def _neg_bug():
+    return tconfig.current().replace(inject_bug=("neg", "accuracy"))
+
+
+def test_forward_accuracy_bug_is_the_first_diverging_node_with_its_line(chain_graphs):
+    gm, inputs = chain_graphs["forward"]
+    r = compare_graph(gm, inputs, "inductor", kind="forward", config=_neg_bug())
+    assert (r.verdict, r.mode, len(r.nodes)) == ("culprit", "nodes", 25)
+    assert r.first_divergence is r.culprit
+    assert (r.culprit.index, r.culprit.name, r.culprit.op, r.culprit.source) == (12, "neg", "aten.neg", NEG_LINE)
+    assert r.culprit.kernel.startswith("cpp_fused_") and "_neg_" in r.culprit.kernel
+    assert not any(n.diverges for n in r.nodes[:12])
+    # the injected bug adds 1: the error is 1 against both float64 and eager, eager's own is tiny
+    assert r.culprit.abs_eager == pytest.approx(1.0, abs=1e-5) and r.culprit.eager_abs_ref < 1e-6
+    assert r.outputs and any(o.diverges for o in r.outputs)
+
+
+def test_backward_accuracy_bug_names_the_forward_line(chain_graphs):
+    gm, inputs = chain_graphs["backward"]
+    r = compare_graph(gm, inputs, "inductor", kind="backward", config=_neg_bug())
+    assert (r.verdict, len(r.nodes)) == ("culprit", 50)
+    assert (r.culprit.index, r.culprit.name, r.culprit.op, r.culprit.source) == (19, "neg_1", "aten.neg", COS_LINE)
+    assert r.first_divergence is r.culprit and "_neg_" in r.culprit.kernel
+
+
+@pytest.mark.parametrize("kind", ["forward", "backward"])
+def test_healthy_graph_reports_no_divergence(chain_graphs, kind):
+    gm, inputs = chain_graphs[kind]
+    r = compare_graph(gm, inputs, "inductor", kind=kind, config=tconfig.current().replace(inject_bug=None))
+    assert (r.verdict, r.diverged, r.first_divergence, r.culprit) == ("ok", False, None, None)
+    assert r.message == f"{len(r.nodes)} nodes and {len(r.outputs)} outputs within tolerance"
+    # a float32 chain of this length: tdbg stays within 2x eager's own error vs float64 (+atol)
+    assert all(n.abs_ref <= 2 * n.eager_abs_ref + 1e-5 for n in r.nodes if n.abs_ref is not None)
+
+
+def test_drift_is_a_curve_not_a_culprit():
+    drift = _load("compare_drift")
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def backend_of(inner):
+        return aot_autograd(fw_compiler=lambda gm, inputs: make_boxed_func(inner(gm, "inference", gm)))
+    gm, inputs = _capture(drift.recurrence, backend_of, torch.linspace(0.5, 1.5, 256))["inference"]
+    r = compare_graph(gm, inputs, drift.noisy_compiler, kind="inference")
+    assert (r.verdict, r.culprit, len(r.nodes)) == ("drift", None, 60)
+    # 2e-6 per op: no op is wrong on its own, the 19th op in is where the sum passes float32's tolerance
+    assert (r.first_divergence.index, r.first_divergence.name, r.drift_ops) == (18, "mul_12", 19)
+    assert r.message.startswith("error grows over 19 ops; no single op is the culprit")
+    assert all(n.local_wrong is False for n in r.nodes if n.diverges)
+    curve = [e for _, e in r.curve()]
+    assert len(curve) == 60 and curve[59] > curve[18] > curve[2] > 0
+
+
+def test_divergence_only_when_fused_is_never_ok(chain_graphs):
+    """A backend whose bug needs the whole graph (its realized variant, with every node an
+    output, is correct): compare must say the outputs diverge only when fused, not OK."""
+    gm, inputs = chain_graphs["forward"]
+    outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+
+    def fused_bug(g, example_inputs):
+        whole = len(next(n for n in g.graph.nodes if n.op == "output").args[0]) == outputs
+
+        def run(*args):
+            outs = list(g(*args))
+            return [outs[0] + 1] + outs[1:] if whole else outs
+        return run
+    r = compare_graph(gm, inputs, fused_bug, kind="forward")
+    assert (r.verdict, r.diverged, r.culprit) == ("fused", True, None)
+    assert not any(n.diverges for n in r.nodes)
+    assert r.first_divergence.path == "out[0]"
+    assert "appears only when nodes are fused" in r.message and "tdbg bisect" in r.message
+
+
+def test_a_backend_without_an_aot_stage_says_only_outputs_were_observable(chain_graphs):
+    gm, inputs = chain_graphs["forward"]
+    r = compare_graph(gm, inputs, "eager", kind="forward")
+    assert (r.verdict, r.mode, r.nodes) == ("outputs_match", "outputs", [])
+    assert r.notes == ["eager compiles Dynamo-level graphs its own way: only the graph's outputs were observable"]
+
+
+def test_cli_names_the_culprit_of_each_graph_and_exits_with_the_accuracy_code(cli_chain):
+    proc, stdout, out = cli_chain
+    code = proc.wait(timeout=600)
+    stdout.seek(0)
+    text = stdout.read()
+    assert code == 16, text
+    doc = json.loads(out.read_text())
+    assert (doc["schema"], doc["exit_code"], doc["message"]) == ("tdbg.compare", 16, "2 graph(s): 2 diverges")
+    got = [(g["name"], g["verdict"], g["culprit"]["name"], g["culprit"]["source"]) for g in doc["graphs"]]
+    assert got == [("g0_forward_c1", "culprit", "neg", NEG_LINE), ("g1_backward_c1", "culprit", "neg_1", COS_LINE)]
+    for line in ("first diverging op: neg (aten.neg)", f"source: {NEG_LINE}", "FX node: neg = aten.neg(...)",
+                 "first diverging op: neg_1 (aten.neg)", f"source: {COS_LINE}", "<- first"):
+        assert line in text, text
+
+
+@pytest.fixture(scope="module")
+def saved_chain(chain_graphs, tmp_path_factory):
+    """A --save-io folder of the chain's two graphs, recorded as compiled with the neg bug."""
+    from tdbg.minifier.artifacts.saved_io import Writer
+    from tdbg.minifier.diagnose.divergence import node_sources
+    folder = str(tmp_path_factory.mktemp("saved") / "io")
+    writer = Writer(folder, {"backend": "inductor", "script": CHAIN, "after": "aot"})
+    for index, kind in enumerate(("forward", "backward")):
+        gm, inputs = chain_graphs[kind]
+        expected = list(gm(*[a.clone() for a in inputs]))
+        replay = {"backend": {"kind": "named", "name": "inductor"}, "config": {"inject_bug": ["neg", "accuracy"]},
+                  "after": "aot", "aot": {"family": "tdbg", "graph": kind}}
+        writer.add(kind=kind, graph=index, call=1, gm=gm, inputs=inputs, expected=expected, compiled=None,
+                   compiled_error=None, node_sources=node_sources(gm), replay=replay, signature="")
+    writer.finish()
+    return folder
+
+
+def test_cli_compares_a_saved_folder_with_the_config_it_was_saved_with(saved_chain, tmp_path):
+    from click.testing import CliRunner
+
+    from tdbg.cli.main import cli
+    out = tmp_path / "c.json"
+    r = CliRunner().invoke(cli, ["compare", saved_chain, "--graph", "g1_backward_c1", "--json", str(out)])
+    assert r.exit_code == 16, r.output
+    doc = json.loads(out.read_text())
+    assert [(g["name"], g["verdict"], g["culprit"]["name"], g["culprit"]["source"]) for g in doc["graphs"]] == [
+        ("g1_backward_c1", "culprit", "neg_1", COS_LINE)]
+
+
+def test_cli_refuses_a_tampered_saved_folder(saved_chain, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from tdbg.cli.main import cli
+    folder = str(tmp_path / "io")
+    shutil.copytree(saved_chain, folder)
+    tensors = os.path.join(folder, "g0_forward_c1", "tensors")
+    victim = sorted(os.listdir(tensors))[0]
+    with open(os.path.join(tensors, victim), "r+b") as f:
+        f.write(b"\xff\xff\xff\xff")
+    r = CliRunner().invoke(cli, ["compare", folder])
+    assert r.exit_code == 3, r.output
+    assert victim in r.output.replace("\n", "")
