@@ -94,7 +94,8 @@ def test_culprit_is_marked_in_all_three_panes_and_the_source():
     # the same node name in the other graph is not this verdict's culprit: only the first graph holding it
     assert all(not marked(lines) for lines in page.graphs["model__1_forward_0"].values())
     assert page.ids["verdict-headline"] == "FAILED prog.py"
-    assert (page.ids["v-stage"], page.ids["v-kernel"], page.ids["v-exit-code"]) == ("cpp_build", "cpp_fused_exp_neg_0", "14")
+    assert (page.ids["v-stage"], page.ids["v-kernel"], page.ids["v-exit-code"]) == \
+        ("cpp_build", "cpp_fused_exp_neg_0", "14")
     # lines of nodes carry their node names: what the click handler links by
     assert [(n, nodes) for n, nodes, _ in panes["cpp"] if nodes] == [(6, "neg"), (7, "neg"), (8, "neg"),
                                                                      (9, "exp"), (10, "exp"), (11, "exp")]
@@ -141,8 +142,9 @@ def test_report_command(tmp_path):
     out = tmp_path / "page"
     proc = run_tdbg(["report", DEBUG, "--html", str(out)])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"HTML report: {out}/index.html",
-                                        "2 compiled graph(s); model__0_forward_0: stage codegen failed (CppCompileError)"]
+    assert proc.stdout.splitlines() == [
+        f"HTML report: {out}/index.html",
+        "2 compiled graph(s); model__0_forward_0: stage codegen failed (CppCompileError)"]
     html = (out / "index.html").read_text()
     assert sorted(parse(html).graphs) == ["model__0_forward_0", "model__1_forward_0"]
     stage_table = html.split('id="stage-times"')[1].split("</table>")[0]

@@ -59,7 +59,8 @@ def _quote(word) -> str:
 def _minify_verdict(doc: dict) -> dict:
     final = doc.get("final") or doc.get("first") or {}
     repro = os.path.join(doc.get("out_dir") or "", "repro.py")
-    return {"ok": doc.get("status") == "minified", "stage": final.get("stage") or (doc.get("capture") or {}).get("stage"),
+    stage = final.get("stage") or (doc.get("capture") or {}).get("stage")
+    return {"ok": doc.get("status") == "minified", "stage": stage,
             "message": final.get("message") or doc.get("error"),
             "next": [f"python {repro}"] if doc.get("status") == "minified" else []}
 
@@ -83,7 +84,8 @@ def _compare_verdict(doc: dict) -> dict:
             "message": g.get("message") or doc.get("message"), "summary": doc.get("message")}
 
 
-VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict, "tdbg.minify": _minify_verdict,
+VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
+            "tdbg.minify": _minify_verdict,
             "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict}
 
 
@@ -99,7 +101,8 @@ def verdict_section(ctx: dict) -> str:
     v = verdict_fields(doc)
     focus = ctx.get("focus") or {}
     code = doc.get("exit_code")
-    rows = [("stage", v.get("stage"), "v-stage"), ("user source line", v.get("source") or focus.get("source"), "v-source"),
+    rows = [("stage", v.get("stage"), "v-stage"),
+            ("user source line", v.get("source") or focus.get("source"), "v-source"),
             ("graph", v.get("graph"), "v-graph"), ("FX node", v.get("fx_node"), "v-fx-node"),
             ("kernel", v.get("kernel"), "v-kernel"), ("exit code", code, "v-exit-code"),
             ("error", v.get("message"), "v-message")]
@@ -195,7 +198,8 @@ def graphs_section(ctx: dict):
     """Every Dynamo graph with its user lines, breaks and recompiles (from a run verdict, or from
     explain's report, also inside profile's document)."""
     doc = ctx["document"]
-    report = doc if doc.get("functions") is not None else doc.get("explain") if isinstance(doc.get("explain"), dict) else None
+    report = doc if doc.get("functions") is not None else \
+        doc.get("explain") if isinstance(doc.get("explain"), dict) else None
     if report and report.get("functions") is not None:
         return _explain_graphs(report)
     verdict = ctx.get("verdict") or {}
@@ -205,7 +209,8 @@ def graphs_section(ctx: dict):
     parts = []
     for g in graphs:
         lines = "".join(f"<div class=\"mono\">{h(os.path.basename(str(ln.get('file'))))}:{h(ln.get('line'))}  "
-                        f"{h(ln.get('code'))} <span class=\"dim\">-&gt; {h(', '.join(ln.get('ops') or []))}</span></div>"
+                        f"{h(ln.get('code'))} <span class=\"dim\">-&gt; {h(', '.join(ln.get('ops') or []))}"
+                        "</span></div>"
                         for ln in g.get("lines") or [])
         brk = (f"<div class=\"bad\">graph break: {h(g.get('reason'))} at "
                f"{h(_frame_line((g.get('stack') or [{}])[-1]))}</div>") if g.get("graph_break") else ""
@@ -234,9 +239,11 @@ def _explain_graphs(report: dict) -> str:
                             f"<span class=\"dim\">-&gt; {h(', '.join(ln['ops']))}</span></div>" for ln in g["lines"])
             parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(g['frame'])}): {h(g['op_count'])} op(s){lines}</div>")
         for b in fn.get("breaks") or []:
-            parts.append(f"<div class=\"bad\">graph break at {h(b['line'])}</div><div class=\"note\">why: {h(b['reason'])}</div>")
+            parts.append(f"<div class=\"bad\">graph break at {h(b['line'])}</div>"
+                         f"<div class=\"note\">why: {h(b['reason'])}</div>")
         for r in fn.get("recompiles") or []:
-            parts.append(f"<div class=\"bad\">recompile of {h(r['frame'])}{' at ' + h(r['line']) if r.get('line') else ''}: "
+            where = f" at {h(r['line'])}" if r.get("line") else ""
+            parts.append(f"<div class=\"bad\">recompile of {h(r['frame'])}{where}: "
                          f"{h(r['changed'])}</div>" + (f"<div class=\"note\">fix: {h(r['suggestion'])}</div>"
                                                       if r.get("suggestion") else ""))
     return "".join(parts)
@@ -383,7 +390,8 @@ def minify_section(ctx: dict):
     code = (doc.get("minimized") or {}).get("code")
     return (f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
             f"{h(doc['original']['inputs'])} -&gt; {h((doc.get('minimized') or {}).get('inputs'))} inputs in "
-            f"{h(stats.get('queries'))} queries</p>{chart}{rows}" + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
+            f"{h(stats.get('queries'))} queries</p>{chart}{rows}"
+            + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
 
 
 def transcript_section(ctx: dict):
