@@ -60,15 +60,22 @@ def render(docs: list, codes: list) -> None:
             worst = (f", max abs error {err:.3g}" + (" (bit-identical)" if err == 0 else "")) if err is not None else ""
             c.print(f"[bold green]OK[/] {escape(doc['graph'])} ({doc['kind']}): backend {escape(doc['backend'])}, "
                     f"{doc['outputs']} output(s) match the saved eager outputs{worst}, {doc['seconds']:.1f} s")
+            _row(c, "config", _config_text(doc.get("config")))
             continue
         error = doc.get("error") or {}
         words = common.STAGE_WORDS.get(doc["stage"], str(doc["stage"]))
         c.print(f"[bold red]FAILED[/] {escape(doc['graph'])} ({doc['kind']}): {escape(words)} "
                 f"(stage {doc['stage']}, exit code {code})")
-        for key, value in (("backend", doc["backend"]), ("source", error.get("source")),
+        for key, value in (("backend", doc["backend"]), ("config", _config_text(doc.get("config"))),
+                           ("source", error.get("source")),
                            ("fx node", error.get("fx_node")), ("kernel", error.get("kernel")),
                            ("error", error.get("message"))):
             _row(c, key, value)
     if len(docs) > 1:
         failed = sum(1 for d in docs if d["status"] != "ok")
         c.print(f"{len(docs)} graph(s) replayed: {len(docs) - failed} OK, {failed} failed")
+
+
+def _config_text(config) -> str:
+    """The recorded tdbg config differences the replay compiled with (e.g. an injected bug)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted((config or {}).items()))

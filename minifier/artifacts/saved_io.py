@@ -106,16 +106,10 @@ def read_value(folder: str, record: dict, where: str) -> Any:
 
 
 def fresh(values: list) -> list:
-    """Copies of saved values (tensors cloned, requires_grad kept), so no run sees another's edits."""
-    import torch
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            c = v.detach().clone()
-            out.append(c.requires_grad_(True) if v.requires_grad else c)
-        else:
-            out.append(v)
-    return out
+    """Copies of saved values (tensors cloned, requires_grad kept), so no run sees another's edits
+    (the repro runtime's own `fresh`: repro.py, the minifier and replay copy inputs alike)."""
+    from tdbg.repro_templates.runtime import fresh as copies
+    return copies(values)
 
 
 # ---------------------------------------------------------------- reading

@@ -36,6 +36,7 @@ class Replay:
     mismatches: list = field(default_factory=list)
     error: Optional[dict] = None
     seconds: float = 0.0
+    config: dict = field(default_factory=dict)   # tdbg Config fields the compile used that differ from defaults
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +50,9 @@ def recorded_backend(graph: SavedGraph) -> str:
 
 def replay(graph: SavedGraph, backend: Optional[str] = None) -> Replay:
     """Compile and run `graph` with `backend` (None: the recorded one; "eager": uncompiled) on its
-    saved inputs; judge the outputs against the saved eager ones. Never raises for the graph's own
+    saved inputs; judge the outputs against the saved eager ones. With the recorded backend the
+    recorded tdbg config differences are used too (an injected bug or a switched-off pass
+    replays as it ran; `config` says which). Never raises for the graph's own
     failures (they are the verdict); raises SavedIOError when the backend cannot be loaded."""
     import torch
     name = backend or recorded_backend(graph)
@@ -78,6 +81,7 @@ def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> Non
             compiled = graph.gm
         else:
             spec = graph.replay_spec if recorded else _spec_for(name, graph)
+            result.config = dict(spec.get("config") or {})
             with runtime._config_scope(spec):
                 try:
                     compiled = runtime.compile_graph(graph.gm, inputs, spec, _folder(spec))
