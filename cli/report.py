@@ -138,11 +138,11 @@ def headline(command: str, transcript: dict, doc: dict) -> str:
 def report(folder, html_dir):
     """Write the HTML report of an existing FOLDER: a compiler debug folder (tdbg_debug/, one
     run_*/ in it, or one graph's folder), a folder holding a tdbg --json document (with the debug
-    folder it names), or a `tdbg minify` output folder.
+    folder it names), a `tdbg run --save-io` folder, or a `tdbg minify` output folder.
     """
     if not os.path.isdir(folder):
-        fail(f"{folder!r} is not a folder; give a debug folder (tdbg_debug/...), a minify output folder or "
-             "a folder holding a tdbg --json document.", "bad_input")
+        fail(f"{folder!r} is not a folder; give a debug folder (tdbg_debug/...), a run --save-io or minify "
+             "output folder, or a folder holding a tdbg --json document.", "bad_input")
     html_dir = html_dir or _new_report_dir()
     common.check_output_dir(html_dir, "--html")
     from tdbg.minifier.artifacts import report as pages

@@ -204,3 +204,18 @@ def test_report_of_a_folder_holding_a_saved_document(tmp_path):
     page = parse((tmp_path / "page" / "index.html").read_text())
     summary = json.load(open(os.path.join(DATA, "bisect_foo2.json")))["verdict"]["summary"]
     assert (page.ids["verdict-headline"], page.ids["v-fx-node"]) == (summary, "neg")
+
+
+def test_report_of_a_save_io_folder(tmp_path):
+    doc, dirs = report.folder_document(os.path.join(DATA, "saved_io"))
+    assert (doc["summary"], dirs) == ("1 saved graph(s) of prog.py (backend inductor, torch 2.13.0+cpu, after aot)", ())
+    html = report.build(doc, command="saved_io", headline=doc["summary"])
+    body = html.split('id="saved-graphs"')[1].split("<tbody>")[1].split("</tbody>")[0]
+    assert [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body)] == \
+        ["g0_forward_c1", "forward", "0", "1", "3", "arg0_1: float32[4]; arg1_1 = 2", ""]
+    assert "neg = torch.ops.aten.neg.default(arg0_1)" in html
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "manifest.json").write_text('{"format": "something-else/9"}')
+    with pytest.raises(ValueError, match="this tdbg cannot read it"):
+        report.folder_document(str(damaged))

@@ -74,8 +74,9 @@ def write(out_dir: str, html: str) -> str:
 def folder_document(path: str) -> tuple:
     """(document, debug folders) for an existing folder: a tdbg --json document found in it (the
     newest *.json whose schema is tdbg.*) with the debug folder it names, a minify output folder
-    (minify.jsonl), or a bare compiler debug folder (a `tdbg.folder` document listing its
-    graphs and failed stages). Raises ValueError when the folder holds none of these."""
+    (minify.jsonl), a `run --save-io` folder (manifest.json: a `tdbg.saved_io` document), or a
+    bare compiler debug folder (a `tdbg.folder` document listing its graphs and failed stages).
+    Raises ValueError when the folder holds none of these or a damaged one."""
     if not os.path.isdir(path):
         raise ValueError(f"{path} is not a folder")
     found = _saved_document(path)
@@ -84,10 +85,12 @@ def folder_document(path: str) -> tuple:
         return found, tuple(d for d in named if d and os.path.isdir(d)) + (path,)
     if os.path.isfile(os.path.join(path, "minify.jsonl")):
         return _minify_folder(path), ()
+    if os.path.isfile(os.path.join(path, "manifest.json")):
+        return _saved_io_folder(path), ()
     graphs = artifacts.load_graphs(path)
     if not graphs:
-        raise ValueError(f"{path} holds no tdbg --json document, no minify.jsonl and no compiler debug folder "
-                         "(<model>__<n>_<kind>_<k>/ with a debug.log)")
+        raise ValueError(f"{path} holds no tdbg --json document, no minify.jsonl, no --save-io manifest.json and "
+                         "no compiler debug folder (<model>__<n>_<kind>_<k>/ with a debug.log)")
     failed = [(g["name"], name, err) for g in graphs for name, _s, err in g["stages"] if err]
     summary = (f"{len(graphs)} compiled graph(s); " +
                ("; ".join(f"{n}: stage {s} failed ({e})" for n, s, e in failed) if failed
@@ -109,6 +112,27 @@ def _saved_document(path: str) -> Optional[dict]:
             if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("tdbg."):
                 candidates.append((os.path.getmtime(full), name, doc))
     return max(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
+
+
+def _saved_io_folder(path: str) -> dict:
+    """A `tdbg.saved_io` document for a `run --save-io` folder: its manifest and, per saved
+    graph, the meta.json fields the page shows and graph.py's text."""
+    from tdbg.minifier.artifacts import saved_io
+    try:
+        manifest = saved_io.read_manifest(path)
+    except Exception as e:   # SavedIOError: a damaged folder is described, not reported on
+        raise ValueError(str(e)) from None
+    graphs = []
+    for row in manifest["graphs"]:
+        folder = os.path.join(path, str(row.get("name")))
+        meta = artifacts.read_json(os.path.join(folder, saved_io.META)) or {}
+        code = "\n".join(artifacts.read_lines(os.path.join(folder, saved_io.GRAPH_SOURCE)))
+        graphs.append({**row, "inputs": meta.get("inputs") or [], "compiled_error": meta.get("compiled_error"),
+                       "timing": meta.get("timing"), "code": code})
+    summary = (f"{len(graphs)} saved graph(s) of {manifest.get('script')} (backend {manifest.get('backend')}, "
+               f"torch {manifest.get('torch')}, after {manifest.get('after')})")
+    return {"schema": "tdbg.saved_io", "version": 1, "path": path, "status": "ok", "exit_code": None,
+            "summary": summary, "saved_graphs": graphs}
 
 
 def _minify_folder(path: str) -> dict:

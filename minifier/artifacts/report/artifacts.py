@@ -75,7 +75,7 @@ def _made_order(path: str):
     return (os.path.dirname(os.path.dirname(path)), int(m["index"]), int(m["aot"]), m["kind"] != "forward", path)
 
 
-def _read_lines(path: Optional[str]) -> list:
+def read_lines(path: Optional[str]) -> list:
     if not path or not os.path.isfile(path):
         return []
     with open(path, errors="replace") as f:
@@ -84,13 +84,13 @@ def _read_lines(path: Optional[str]) -> list:
 
 def _load_graph(folder: str) -> Optional[dict]:
     m = GRAPH_DIR.match(os.path.basename(folder))
-    provenance = _read_json(os.path.join(folder, PROVENANCE_FILE))
+    provenance = read_json(os.path.join(folder, PROVENANCE_FILE))
     panes = {}
     for pane, names in PANE_FILES.items():
         chosen = (provenance or {}).get(pane)
         candidates = ([chosen] if chosen else []) + [n for n in names if n != chosen]
         name = next((n for n in candidates if os.path.isfile(os.path.join(folder, n))), None)
-        panes[pane] = {"file": name, "lines": _read_lines(os.path.join(folder, name)) if name else []}
+        panes[pane] = {"file": name, "lines": read_lines(os.path.join(folder, name)) if name else []}
     derived = not (provenance and isinstance(provenance.get("nodes"), dict))
     nodes = derive_provenance(panes) if derived else _clean_nodes(provenance["nodes"])
     return {"name": os.path.basename(folder), "model": m["model"], "index": int(m["index"]), "kind": m["kind"],
@@ -99,7 +99,7 @@ def _load_graph(folder: str) -> Optional[dict]:
             "kernels": _kernel_names(panes["cpp"]["lines"])}
 
 
-def _read_json(path: str):
+def read_json(path: str):
     try:
         with open(path) as f:
             return json.load(f)
@@ -125,7 +125,7 @@ def _clean_nodes(nodes: dict) -> dict:
 def _stages(path: str) -> list:
     """debug.log's `<stage> <seconds>[ failed:<Error>]` lines."""
     rows = []
-    for line in _read_lines(path):
+    for line in read_lines(path):
         parts = line.split()
         try:
             seconds = float(parts[1])

@@ -394,6 +394,22 @@ def minify_section(ctx: dict):
             + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
 
 
+def saved_io_section(ctx: dict):
+    """A `run --save-io` folder: each saved graph, its inputs and its source."""
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.saved_io":
+        return None
+    rows = [(g.get("name"), g.get("kind"), g.get("graph"), g.get("call"), g.get("nodes"),
+             "; ".join(f"{i.get('name')}: {i.get('dtype')}{list(i.get('shape') or [])}" if "shape" in i
+                       else f"{i.get('name')} = {i.get('value')!r}" for i in g["inputs"]),
+             g.get("compiled_error") or "") for g in doc["saved_graphs"]]
+    parts = [table(["graph", "kind", "Dynamo graph", "call", "nodes", "inputs", "compile error"], rows,
+                   numeric=(2, 3, 4), ident="saved-graphs")]
+    parts += [f"<details><summary>{h(g.get('name'))}: graph.py</summary>{pre(g['code'])}</details>"
+              for g in doc["saved_graphs"] if g.get("code")]
+    return "".join(parts)
+
+
 def transcript_section(ctx: dict):
     t = ctx.get("transcript") or {}
     parts = [f"<h3>{h(name)}</h3>{pre(t[name])}" for name in ("stdout", "stderr") if (t.get(name) or "").strip()]
@@ -410,5 +426,6 @@ SECTIONS = (
     ("timings", "Stage timings", timings_section),
     ("profile", "Profile: eager vs compiled", profile_section),
     ("minify", "Shrink history", minify_section),
+    ("saved", "Saved graphs (run --save-io)", saved_io_section),
     ("transcript", "Terminal output", transcript_section),
 )
