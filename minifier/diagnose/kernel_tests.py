@@ -147,11 +147,11 @@ def kernel_map(gm, inputs, name: str, kind: str) -> dict:
         if not isinstance(node.meta.get("val"), torch.Tensor):   # a scalar input, baked in by specialize
             static.graph.erase_node(node)
     static.recompile()
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    if len(tensors) != sum(1 for n in static.graph.nodes if n.op == "placeholder"):
-        tensors = list(inputs)
+    args = [x.detach() for x in inputs if isinstance(x, torch.Tensor)]
+    if len(args) != sum(1 for n in static.graph.nodes if n.op == "placeholder"):   # a scalar input still read
+        args = [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs]
     cfg = config.current().replace(inject_bug=None)   # the partition of a healthy compiler
-    compiled = compile_aten(static, [t.detach() for t in tensors], cfg, graph_name=f"kernel_map_{name}", kind=kind)
+    compiled = compile_aten(static, args, cfg, graph_name=f"kernel_map_{name}", kind=kind)
     order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
     return {k: sorted((n for n in nodes if n in order), key=order.get)
             for k, nodes in compiled.kernel_nodes.items()}
