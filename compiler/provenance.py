@@ -191,6 +191,7 @@ class _Text:
 def ir_text(items, kernels) -> _Text:
     """The scheduled IR, one block per IR node, every statement tagged with its FX node."""
     from .scheduler import KernelGroup
+    from .wrapper import pyexpr
     kernel_of = {k.group_index: k.name for k in kernels or ()}
     out = _Text()
     for pos, item in enumerate(items):
@@ -218,7 +219,7 @@ def ir_text(items, kernels) -> _Text:
             out.add(f"# group {pos}: extern call")
             out.add(f"ExternKernel({k.name}): {k.target}", k.node.name)
             out.add(f"  origins: [{k.node.name}]", k.node.name)
-            out.add(f"  reads: {sorted({getattr(x, 'name', str(x)) for x in k.inputs})}", k.node.name)
+            out.add(f"  reads: {sorted({pyexpr(x) for x in k.inputs})}", k.node.name)
             out.add(f"  writes: {[b.name for b in k.outputs] + [b.name for b in k.mutated]}", k.node.name)
         out.add("")
     return out

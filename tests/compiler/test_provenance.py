@@ -21,7 +21,7 @@ def model(x1, x2, w):
     a = torch.neg(x1)
     b = torch.maximum(x2, a)
     y = torch.cat([b], dim=0)
-    return y.sum(dim=1) + 1, y @ w
+    return y.sum(dim=1) + 1, y @ w.t()
 
 
 LINE = {name: inspect.getsourcelines(model)[1] + i for i, name in enumerate(("", "neg", "maximum", "cat", "sum"))}
@@ -33,7 +33,7 @@ def graph(tmp_path_factory):
     root = tmp_path_factory.mktemp("prov")
     cfg = current().replace(debug=True, debug_dir=str(root))
     torch._dynamo.reset()
-    inputs = (torch.randn(1, 8), torch.randn(64, 8), torch.randn(8, 4))
+    inputs = (torch.randn(1, 8), torch.randn(64, 8), torch.randn(4, 8))
     out = torch.compile(model, backend=make_backend(cfg))(*inputs)
     torch._dynamo.reset()
     expected = model(*inputs)
@@ -53,7 +53,7 @@ def lines(text, numbers):
 def test_document_shape(graph):
     d, doc, fx, ir, cpp = graph
     assert (doc["fx"], doc["ir"], doc["cpp"]) == ("fx_graph_readable.py", "ir.txt", "kernels.cpp")
-    assert list(doc["nodes"]) == ["neg", "maximum", "cat", "sum_1", "add", "mm"]
+    assert list(doc["nodes"]) == ["neg", "maximum", "cat", "sum_1", "add", "t", "mm"]
     for name, entry in doc["nodes"].items():
         assert set(entry) == NODE_KEYS, name
         for key, text in (("fx_lines", fx), ("ir_lines", ir), ("cpp_lines", cpp)):
@@ -73,7 +73,7 @@ def test_source_is_the_user_line(graph):
     assert doc["nodes"]["neg"]["source"] == f"{here}:{LINE['neg']}  a = torch.neg(x1)"
     assert doc["nodes"]["maximum"]["source"] == f"{here}:{LINE['maximum']}  b = torch.maximum(x2, a)"
     assert doc["nodes"]["add"]["source"] == doc["nodes"]["mm"]["source"] == \
-        f"{here}:{LINE['sum']}  return y.sum(dim=1) + 1, y @ w"
+        f"{here}:{LINE['sum']}  return y.sum(dim=1) + 1, y @ w.t()"
 
 
 def test_kernel_and_cpp_lines_of_a_pointwise_node(graph):
@@ -115,6 +115,10 @@ def test_extern_call_has_ir_but_no_kernel(graph):
     assert mm["kernel"] is None and mm["cpp_lines"] == []
     block = lines(ir, mm["ir_lines"])
     assert block[0].startswith("ExternKernel(") and "aten.mm" in block[0]
+    # it reads w through t's view, spelled as the wrapper spells it (not an object repr)
+    assert re.fullmatch(r"  reads: \['_as_strided\(arg2_1, \(8, 4\), \(1, 8\), 0\)', '\w+'\]", block[2]), block
+    t = doc["nodes"]["t"]      # a view: no IR block, no C++ of its own
+    assert (t["kernel"], t["ir_lines"], t["cpp_lines"]) == (None, [], [])
 
 
 def test_written_when_the_cpp_does_not_compile(tmp_path):
