@@ -156,7 +156,10 @@ def _run(target, args, after, level, backend, work, check_str, tolerance, ignore
     code = exit_code(STATUS_CODES[report.status])
     if doc.path != "-":  # stdout then carries only the JSON document
         _render(report, doc.payload["out_dir"])
-    doc.write(code, **report.to_dict())
+    result = report.to_dict()
+    # the files are written into the work folder, which becomes out_dir once this returns
+    result["files"] = [os.path.join(doc.payload["out_dir"], os.path.relpath(f, work)) for f in report.files]
+    doc.write(code, **result)
     return code
 
 

@@ -46,6 +46,8 @@ def test_minify_a_dump_dir_two_far_apart_culprits(tmp_path):
     assert doc["original"] == {"nodes": 43, "inputs": 2}
     assert doc["minimized"]["nodes"] == 6  # 3 inputs, neg, mul, output
     assert "torch.neg(" in doc["minimized"]["code"] and "torch.mul(" in doc["minimized"]["code"]
+    # the document names the files where they end up, not in the hidden work folder
+    assert sorted(doc["files"]) == [str(tmp_path / "out" / n) for n in ("minifier_launcher.py", "repro.py")]
     log = (tmp_path / "out" / "minify.jsonl").read_text().splitlines()
     assert len(log) == doc["stats"]["queries"] + 3  # + signature, reproduce, final
     shutil.move(str(tmp_path / "out"), str(tmp_path / "moved"))
