@@ -45,6 +45,7 @@ class Provenance:
     ir_text: str = ""
     cpp_text: str = ""
     nodes: dict = field(default_factory=dict)
+    kernels_of: dict = field(default_factory=dict)    # FX node -> every kernel holding its code
 
     def document(self, fx: str = FX_FILE, ir: str = IR_FILE, cpp: str = CPP_FILE) -> dict:
         """The provenance.json document (file names: where the three texts were written)."""
@@ -54,10 +55,7 @@ class Provenance:
         """Inductor's `inductor_provenance_tracking_node_mappings` shape (version 2.0), which
         tlparse's provenance view reads: kernel <-> graph node. tdbg has no pre-grad graph, so
         preToPost/postToPre are empty."""
-        post_to_kernel = {}
-        for name, entry in self.nodes.items():
-            if entry["kernel"]:
-                post_to_kernel[name] = [entry["kernel"]]
+        post_to_kernel = {name: list(ks) for name, ks in self.kernels_of.items() if ks}
         kernel_to_post = {}
         for name, kernels in post_to_kernel.items():
             for k in kernels:
@@ -68,9 +66,12 @@ class Provenance:
     def kernel_stack_traces(self) -> dict:
         """kernel -> the user lines of its FX nodes (Inductor's `..._kernel_stack_traces` shape)."""
         out = {}
-        for entry in self.nodes.values():
-            if entry["kernel"] and entry["source"] and entry["source"] not in out.setdefault(entry["kernel"], []):
-                out[entry["kernel"]].append(entry["source"])
+        for name, kernels in self.kernels_of.items():
+            source = self.nodes[name]["source"]
+            for k in kernels:
+                lines = out.setdefault(k, [])
+                if source and source not in lines:
+                    lines.append(source)
         return out
 
 
@@ -290,13 +291,14 @@ def build(c, fx_text: str) -> Provenance:
     ir = ir_text(c.items, c.kernels) if c.items is not None else _Text()
     cpp = cpp_text(c.items, c.kernels) if c.kernels is not None else _Text()
     ir_index, cpp_index = ir.index(), cpp.index()
-    first_kernel = {}
+    kernels_of = {}
     for k in c.kernels or ():
         for name in k.fx_nodes:
-            first_kernel.setdefault(name, k.name)
+            kernels_of.setdefault(name, []).append(k.name)
     nodes = {}
     for n in gm_nodes:
         nodes[n.name] = {"fx_lines": fx.get(n.name, []), "ir_lines": ir_index.get(n.name, []),
-                         "cpp_lines": cpp_index.get(n.name, []), "kernel": first_kernel.get(n.name),
+                         "cpp_lines": cpp_index.get(n.name, []), "kernel": kernels_of.get(n.name, [None])[0],
                          "source": user_source(n.meta.get("stack_trace", ""))}
-    return Provenance(ir.text() if ir.lines else "", cpp.text() if cpp.lines else "", nodes)
+    return Provenance(ir.text() if ir.lines else "", cpp.text() if cpp.lines else "", nodes,
+                      {n: kernels_of[n] for n in nodes if n in kernels_of})

@@ -149,3 +149,12 @@ def test_user_source_and_fx_line_parsing():
            '        # File: /a.py:1 in f, code: y = x.neg()\n        neg: "f32[2]" = torch.ops.aten.neg.default(x)\n' \
            '        getitem = foo[0]\n        return (neg,)\n'
     assert provenance.fx_lines(text) == {"neg": [4], "getitem": [5]}
+
+
+def test_tlparse_mappings_list_every_kernel_of_a_node():
+    nodes = {"a": {"source": "/u.py:1  a()"}, "b": {"source": ""}, "v": {"source": "/u.py:2  v()"}}
+    p = provenance.Provenance(nodes=nodes, kernels_of={"a": ["k0", "k1"], "b": ["k1"]})
+    assert p.node_mappings() == {"preToPost": {}, "postToPre": {}, "version": 2.0,
+                                 "cppCodeToPost": {"k0": ["a"], "k1": ["a", "b"]},
+                                 "postToCppCode": {"a": ["k0", "k1"], "b": ["k1"]}}
+    assert p.kernel_stack_traces() == {"k0": ["/u.py:1  a()"], "k1": ["/u.py:1  a()"]}
