@@ -23,6 +23,10 @@ LABELS = {
     "outputs_match": ("OUTPUTS MATCH (only outputs observable)", "yellow"),
     "error": ("COULD NOT COMPARE", "bold red"),
 }
+# verdict -> how the summary line counts graphs with it
+SUMMARY_WORDS = {"ok": "ok", "culprit": "with a diverging op", "drift": "drifting", "fused": "diverging only when fused",
+                 "outputs_differ": "with differing outputs", "outputs_match": "matching (outputs only)",
+                 "error": "not compared"}
 
 
 @click.command(epilog=exit_codes_help())
@@ -153,7 +157,7 @@ def _summary(rows: list) -> str:
     counts: dict = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    return f"{len(rows)} graph(s): " + ", ".join(f"{n} {LABELS[v][0].lower()}" for v, n in counts.items())
+    return f"{len(rows)} graph(s): " + ", ".join(f"{n} {SUMMARY_WORDS[v]}" for v, n in counts.items())
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -190,7 +194,11 @@ def _render_graph(c, g: dict) -> None:
     if g["verdict"] == "culprit":
         _table(c, g["nodes"], _window(g["nodes"], g["culprit"]["index"]), g["culprit"]["index"])
     elif g["verdict"] == "drift":
-        _table(c, g["nodes"], _curve_rows(g["nodes"], g["first_divergence"]["index"]), g["first_divergence"]["index"])
+        step = max(1, len(g["nodes"]) // CURVE_ROWS)
+        c.print(f"  error curve (every {step}th node, the last, and where tolerance is first exceeded; "
+                "--json has every node):" if step > 1 else "  error curve:")
+        _table(c, g["nodes"], _curve_rows(g["nodes"], g["first_divergence"]["index"]), g["first_divergence"]["index"],
+               gaps=False, first="<- exceeds")
     elif g["verdict"] in ("fused", "outputs_differ"):
         _table(c, g["outputs"], range(len(g["outputs"])), None)
         if g["verdict"] == "fused":
@@ -208,7 +216,7 @@ def _curve_rows(nodes: list, crossing: int) -> list:
     return sorted(set(range(0, len(nodes), step)) | {crossing, len(nodes) - 1})
 
 
-def _table(c, rows: list, indices, mark) -> None:
+def _table(c, rows: list, indices, mark, *, gaps: bool = True, first: str = "<- first") -> None:
     from rich.markup import escape
     from rich.table import Table
     t = Table(box=None, pad_edge=False, show_edge=False)
@@ -216,11 +224,11 @@ def _table(c, rows: list, indices, mark) -> None:
         t.add_column(col, justify="right" if col.startswith(("#", "err", "eager")) else "left", no_wrap=True)
     previous = None
     for i in indices:
-        if previous is not None and i > previous + 1:
+        if gaps and previous is not None and i > previous + 1:
             t.add_row("...", "", "", "", "", "", "")
         previous = i
         r = rows[i]
-        status = "<- first" if i == mark else ("x" if r["diverges"] else "")
+        status = first if i == mark else ("x" if r["diverges"] else "")
         style = "bold red" if i == mark else ("red" if r["diverges"] else None)
         t.add_row(str(r["index"]), escape(r.get("path") or r["name"]), escape(r["op"]), _num(r["abs_ref"]),
                   _num(r["eager_abs_ref"]), _num(r["abs_eager"]), status, style=style)
