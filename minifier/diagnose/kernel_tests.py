@@ -185,7 +185,8 @@ def _is_random(node) -> bool:
 
 
 def kernel_nodes(gm, names) -> tuple:
-    """(the nodes a kernel's test computes, in graph order; [(node, why)] left to eager)."""
+    """(the nodes a kernel's test computes, in graph order; the views among them it only reads
+    its inputs through; [(node, why)] left to eager)."""
     by_name = {n.name: n for n in gm.graph.nodes}
     own = [by_name[n] for n in names if by_name.get(n) is not None and by_name[n].op == "call_function"]
     not_tested = [(n.name, "draws random numbers; its eager value is an input") for n in own if _is_random(n)]
@@ -197,14 +198,15 @@ def kernel_nodes(gm, names) -> tuple:
     above = _reach(chosen, lambda n: n.all_input_nodes)
     chosen |= {n for n in below & above if n.op == "call_function" and not _is_random(n)}
     # chains of views the kernel reads through: the kernel indexes their base buffers
+    through: set = set()
     frontier = [a for n in chosen for a in n.all_input_nodes if a not in chosen and _is_view(a)]
     while frontier:
         v = frontier.pop()
-        if v not in chosen:
-            chosen.add(v)
+        if v not in chosen and v not in through:
+            through.add(v)
             frontier += [a for a in v.all_input_nodes if a not in chosen and _is_view(a)]
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    return sorted(chosen, key=order.get), not_tested
+    return sorted(chosen | through, key=order.get), through, not_tested
 
 
 def _reach(start, step) -> set:
@@ -217,9 +219,10 @@ def _reach(start, step) -> set:
     return seen
 
 
-def subgraph(gm, nodes, values: dict):
+def subgraph(gm, nodes, values: dict, through=()):
     """(fx.GraphModule of `nodes`, input names, output names). Inputs: tensors made outside;
-    a plain value made outside (an int size) is written in as a constant."""
+    a plain value made outside (an int size) is written in as a constant. Outputs: the nodes
+    used outside `nodes`, except the views in `through` (views of inputs, not the kernel's)."""
     import torch
     graph, env, inputs = torch.fx.Graph(), {}, []
     chosen = set(nodes)
@@ -242,7 +245,7 @@ def subgraph(gm, nodes, values: dict):
     for node in nodes:
         env[node] = graph.node_copy(node, lambda a: env[a] if a in env else arg(a))
         env[node].meta = {}
-    outputs = [n for n in nodes if isinstance(values.get(n.name), torch.Tensor)
+    outputs = [n for n in nodes if isinstance(values.get(n.name), torch.Tensor) and n not in through
                and any(u not in chosen for u in n.users)]
     graph.output(tuple(env[n] for n in outputs))
     graph.lint()
@@ -254,11 +257,11 @@ def subgraph(gm, nodes, values: dict):
 def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_dir, context):
     """(KernelTest, file text), or (None, why not)."""
     from tdbg.minifier.artifacts.graph_io import imports_for, module_source, tensor_bytes
-    nodes, not_tested = kernel_nodes(gm, names)
+    nodes, through, not_tested = kernel_nodes(gm, names)
     if not nodes:
         return None, "none of its nodes can be computed alone (only random draws)"
     try:
-        sub, input_names, output_names = subgraph(gm, nodes, values)
+        sub, input_names, output_names = subgraph(gm, nodes, values, through)
     except ValueError as e:
         return None, f"no test: {e}"
     if not output_names:
