@@ -277,7 +277,9 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
             out.append((n, sha, tuple(t.shape), tuple(t.stride()), str(t.dtype).replace("torch.", "")))
         return out
     fx_nodes = [(n.name, sources.get(n.name, "")) for n in nodes]
-    first = next((s for _, s in fx_nodes if s), "")
+    # the kernel's place: its earliest own node's line (as the compiler names a failing kernel's)
+    own = set(names)
+    first = next((s for n, s in fx_nodes if s and n in own), "") or next((s for _, s in fx_nodes if s), "")
     lines = list(dict.fromkeys(s for _, s in fx_nodes if s))
     ident = re.sub(r"\W", "_", f"{graph_name}__{kernel}")
     file_name = f"test_{ident}.py"
@@ -291,7 +293,7 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
     fields = {
         "docstring": _doc_text("\n".join(doc)), "test_doc": _doc_text(summary), "file_name": file_name,
         "tdbg_version": _version("tdbg"), "torch_version": _version("torch"),
-        "kernel": kernel, "graph": graph_name, "kernel_repr": repr(kernel), "graph_repr": repr(graph_name),
+        "kernel_repr": repr(kernel), "graph_repr": repr(graph_name),
         "kind_repr": repr(kind), "graph_name_repr": repr(f"kernel_test_{ident}"),
         "imports": imports_for(sub.graph), "module": module_source(sub.graph).rstrip("\n"),
         "fx_nodes": _literal(fx_nodes), "not_tested": _literal(not_tested),

@@ -156,6 +156,17 @@ def test_existing_test_file_is_never_overwritten(written, block_graphs):
     assert {p: open(p).read() for p in written.files} == before
 
 
+def test_views_a_kernel_reads_through_are_computed_but_not_outputs(tmp_path):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x, w = torch.randn(6, 8), torch.randn(6, 3)
+    gm = make_fx(lambda x, w: ((x.t() * 2).sum(), x.t() @ w))(x, w)   # t: read by a kernel and by mm
+    result = write_tests([("g0_forward_c1", "forward", gm, [x, w], {})], str(tmp_path / "v"))
+    mul = next(t for t in result.tests if "mul" in t.ops)
+    assert mul.fx_nodes == ["t", "mul", "sum_1"] and (mul.inputs, mul.outputs) == (1, 1)
+    assert "return (sum_1,)" in open(mul.path).read()
+    assert _run_in_process(result) == {os.path.basename(p): None for p in result.files}
+
+
 def test_dynamo_graph_is_listed_as_not_split(block_graphs, tmp_path):
     name, _, gm, inputs, sources = block_graphs[0]
     result = write_tests([("g0_dynamo_c1", "dynamo", gm, inputs, sources)], str(tmp_path / "d"))
