@@ -22,7 +22,7 @@ def diff(dir_a, dir_b, slower_ratio, json_path):
     Graphs are matched by name. Outputs are compared where both runs gave the graph the same
     inputs (B's compiled outputs vs A's), and each run's compiled outputs vs its own eager
     outputs. Exit code 0 when nothing changed, 22 (changed) when a graph's structure or outputs
-    changed (slower graphs are reported, not counted: timings are noisy).
+    changed (slower graphs and kernels are reported, not counted: timings are noisy).
     """
     if json_path == "-":
         report_to_stderr()
@@ -62,6 +62,13 @@ def render(result) -> None:
             t = g.timing
             word = "[bold yellow]slower[/]" if t["slower"] else "time"
             c.print(f"    {word}: {t['a_s'] * 1e3:.3f} ms -> {t['b_s'] * 1e3:.3f} ms median per call ({t['ratio']:.2f}x)")
+            if t.get("kernels") is not None:
+                slow = sum(1 for k in t["kernels"] if k["slower"])
+                c.print(f"      kernels: {len(t['kernels'])} timed in both runs, {slow} slower")
+            for k in t.get("kernels") or []:
+                if k["slower"]:
+                    c.print(f"      [bold yellow]slower kernel[/] {escape(k['kernel'])}: {k['a_s'] * 1e6:.1f} us -> "
+                            f"{k['b_s'] * 1e6:.1f} us ({k['ratio']:.2f}x)")
     if result.timings != "both":
         c.print("no timings saved" + ("" if result.timings == "none" else f" in both folders ({result.timings})")
                 + ": rerun with `tdbg run --save-io DIR --profile` to compare speed")

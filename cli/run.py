@@ -73,6 +73,8 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     common.check_backend(backend)
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
+    if profile_io and backend == "inductor":   # profiler ranges around each kernel: per-kernel times
+        changes["enable_kernel_profile"] = True
     if tdbg_logs:
         changes["logs"] = sorted({p.lstrip("+") for p in tdbg_logs})
         changes["verbose_logs"] = sorted({p.lstrip("+") for p in tdbg_logs if p.startswith("+")})

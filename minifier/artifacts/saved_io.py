@@ -14,7 +14,8 @@ Written by `tdbg run --save-io DIR` (runs/instrument.py IOSaver calls `Writer`),
                            [record], "compiled": [record] | null, "compiled_error": str | null,
                            "node_sources": {FX node: "file:line in fn: code"}, "replay": the
                            runtime.py spec that recompiles the graph as the run did, "tolerances",
-                           "timing": {"median_s", "samples"} | null}
+                           "timing": {"median_s", "min_s", "samples", "times_s", "per_kernel":
+                           {kernel: {"median_s", "samples"}} | null} | null}
     DIR/<GRAPH>/tensors/<sha256>.bin   raw bytes of one tensor (contiguous), named by their SHA-256,
                           so `sha256sum` verifies them; tensors with equal bytes share a file
 
@@ -312,12 +313,15 @@ class Writer:
         self.manifest["skipped"].append({"kind": kind, "graph": graph, "call": call, "reason": reason[:500]})
         self._write_manifest()
 
-    def set_timing(self, name: str, samples: list) -> None:
+    def set_timing(self, name: str, samples: list, per_kernel: Optional[dict] = None) -> None:
+        """A graph's compiled call times (seconds), and per kernel when known ({kernel: [seconds]})."""
         import statistics
         if name in self.metas and samples:
+            kernels = {k: {"median_s": statistics.median(v), "samples": len(v)}
+                       for k, v in sorted((per_kernel or {}).items()) if v} or None
             self.metas[name]["timing"] = {"median_s": statistics.median(samples), "min_s": min(samples),
                                           "samples": len(samples), "times_s": [round(t, 9) for t in samples],
-                                          "per_kernel": None}
+                                          "per_kernel": kernels}
             self._write_meta(name)
             self.manifest["timings"] = True
 

@@ -12,7 +12,8 @@ in the same order). For each pair:
               changed what it hands on) A and B are not compared directly, and the diff says so.
   timing      when both folders have timings (`--save-io DIR --profile`): the median compiled
               call time of each, and `slower` when B/A passes `slower_ratio` (reported, not a
-              change: timings are noisy; per-kernel times are not saved)
+              change: timings are noisy); the same per kernel when both runs saved kernel times
+              (tdbg's compiler with `--profile`: kernels present in both, matched by name)
 
 A graph is `changed` when its structure changed, its outputs differ from A's beyond tolerance, or
 B's compiled outputs fail against B's eager outputs where A's passed; graphs only in one folder
@@ -137,5 +138,13 @@ def _timing(a: SavedGraph, b: SavedGraph, slower_ratio: float) -> Optional[dict]
     if not ta.get("median_s") or not tb.get("median_s"):
         return None
     ratio = tb["median_s"] / ta["median_s"]
+    kernels_a, kernels_b = ta.get("per_kernel") or {}, tb.get("per_kernel") or {}
+    kernels = []
+    for kernel in [k for k in kernels_a if k in kernels_b]:
+        a_s, b_s = kernels_a[kernel]["median_s"], kernels_b[kernel]["median_s"]
+        if a_s > 0:
+            kernels.append({"kernel": kernel, "a_s": a_s, "b_s": b_s, "ratio": b_s / a_s,
+                            "slower": b_s / a_s > slower_ratio})
     return {"a_s": ta["median_s"], "b_s": tb["median_s"], "a_samples": ta.get("samples"),
-            "b_samples": tb.get("samples"), "ratio": ratio, "slower": ratio > slower_ratio}
+            "b_samples": tb.get("samples"), "ratio": ratio, "slower": ratio > slower_ratio,
+            "kernels": kernels if kernels_a and kernels_b else None}

@@ -25,6 +25,7 @@ from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
+_KERNEL_RANGE = re.compile(r"graph_\d+_(\w+)$")   # tdbg's profiler range around one kernel (wrapper.py)
 
 # Frames from these directories are framework frames, never "the user's line".
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -356,6 +357,22 @@ def runtime_stage(exc: BaseException) -> str:
 
 
 # -- tdbg run --save-io -------------------------------------------------------------------------
+@contextlib.contextmanager
+def _stderr_silenced():
+    """File descriptor 2 to /dev/null: the profiler's C++ side logs start/stop lines there, which
+    are not the user's program's output."""
+    import sys
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 class IOSaver:
     """`tdbg run --save-io DIR`: the backend to run, with every graph it compiles saved at each call
     with a new input signature (checks.signature): real inputs, eager's outputs on the graph as it
@@ -389,6 +406,9 @@ class IOSaver:
         self.spec = dict(spec, after=self.after)
         self.timings: dict = {}    # saved graph name -> compiled call times (seconds)
         self.first_call_s: dict = {}   # saved graph name -> time of its saved (first) call
+        # per-kernel times need tdbg's compiler built with profiler ranges around its kernels
+        self.per_kernel = profile and self.family == "tdbg" and bool(getattr(config, "enable_kernel_profile", False))
+        self.kernel_timings: dict = {}   # saved graph name -> {kernel: [seconds]}
 
     def _aot_hook(self, gm, example_inputs, kind: str, compile_one):
         snap, index = snapshot(gm), self._next()
@@ -477,10 +497,29 @@ class IOSaver:
                 start = time.perf_counter()
                 compiled(*args)
                 self.timings.setdefault(name, []).append(time.perf_counter() - start)
+            if self.per_kernel:
+                self.kernel_timings[name] = self._kernel_times(compiled, inputs)
         except Exception:  # a call that fails on a copy: keep what was timed (the saved call at least)
             pass
         finally:
             torch.set_rng_state(rng)
+
+    def _kernel_times(self, compiled, inputs) -> dict:
+        """kernel name -> its times (seconds) over PROFILE_REPEATS calls, from the profiler ranges
+        tdbg's wrapper puts around each kernel with `enable_kernel_profile` (separate calls: the
+        profiler's overhead must not reach the graph's own times)."""
+        import torch
+
+        from tdbg.minifier.diagnose.checks import _clones
+        with _stderr_silenced(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(self.PROFILE_REPEATS):
+                compiled(*_clones(inputs))
+        times: dict = {}
+        for event in prof.events():
+            match = _KERNEL_RANGE.match(event.name)
+            if match:
+                times.setdefault(match.group(1), []).append(event.cpu_time_total / 1e6)
+        return times
 
     def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved):
         try:
@@ -498,5 +537,5 @@ class IOSaver:
         """Write the timings (median of the timed calls, else the saved call alone) and the manifest."""
         if self.profile:
             for name, first in self.first_call_s.items():
-                self.writer.set_timing(name, self.timings.get(name) or [first])
+                self.writer.set_timing(name, self.timings.get(name) or [first], self.kernel_timings.get(name))
         self.writer.finish()

@@ -34,6 +34,8 @@ def test_same_folder_twice_is_unchanged_with_timings(saved_runs, tmp_path):
     assert not result.changed and result.timings == "both"
     assert [g.status for g in result.graphs] == ["same", "same"]
     assert all(g.timing["ratio"] == 1.0 and not g.timing["slower"] for g in result.graphs)
+    kernels = [k for g in result.graphs for k in g.timing["kernels"]]
+    assert len(kernels) >= 4 and all(k["ratio"] == 1.0 and not k["slower"] for k in kernels)
 
 
 def _save(folder, fn, compiled_offset=0.0):

@@ -55,6 +55,10 @@ def test_saved_graphs_load_with_sources_inputs_and_both_outputs(saved_runs):
     assert all(torch.equal(a, e) for a, e in zip(again, fwd.expected))
     timing = fwd.meta["timing"]
     assert timing["samples"] == 5 and 0 < timing["min_s"] <= timing["median_s"]
+    # tdbg's kernels are timed one by one too, under the names its wrapper gives them
+    kernels = timing["per_kernel"]
+    assert any(k.startswith("cpp_fused_") and "sigmoid" in k for k in kernels)
+    assert all(v["samples"] == 5 and v["median_s"] > 0 for v in kernels.values())
 
 
 def test_saved_folder_is_relocatable(saved_runs, tmp_path):
