@@ -186,7 +186,7 @@ def _render_graph(c, g: dict) -> None:
     c.print(f"  {escape(g['message'])}")
     culprit = g.get("culprit") or (g["first_divergence"] if g["verdict"] in ("fused", "outputs_differ") else None)
     if culprit:
-        c.print(f"  [bold]source:[/] {escape(culprit.get('source') or 'unknown (the node has no user line)')}")
+        c.print(f"  [bold]source:[/] {escape(_relative(culprit.get('source')) or 'unknown (the node has no user line)')}")
         c.print(f"  [bold]FX node:[/] {escape(culprit['name'])} = {escape(culprit['op'])}(...), {culprit['dtype']} "
                 f"{tuple(culprit['shape'])}")
         if culprit.get("kernel"):
@@ -205,6 +205,16 @@ def _render_graph(c, g: dict) -> None:
             c.print("  next: tdbg bisect SCRIPT (finds the fusion that breaks it)")
     for note in g.get("notes", []):
         c.print(f"  [dim]note: {escape(note)}[/]")
+
+
+def _relative(source):
+    """'file:line in fn: code' with the file relative to the working directory when it is below it
+    (--json keeps the path as recorded)."""
+    if not source or not source.startswith(os.sep):
+        return source
+    path, sep, rest = source.partition(":")
+    rel = os.path.relpath(path)
+    return (rel if not rel.startswith("..") else path) + sep + rest
 
 
 def _window(nodes: list, at: int) -> range:

@@ -16,7 +16,8 @@ import torch
 from tdbg.compiler import config as tconfig
 from tdbg.minifier.diagnose.divergence import compare_graph
 
-SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 CHAIN = os.path.join(SCRIPTS, "compare_chain.py")
 NEG_LINE = f"{CHAIN}:17 in chain: z = torch.neg(y)"
 COS_LINE = f"{CHAIN}:21 in chain: z = torch.cos(z)"   # cos's backward is -sin: the backward's neg
@@ -54,7 +55,7 @@ def cli_chain(tmp_path_factory):
     out, stdout = folder / "compare.json", open(folder / "stdout.txt", "w+")
     env = dict(os.environ, TDBG_INJECT_BUG="neg:accuracy", COLUMNS="120")
     proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "compare", CHAIN, "--json", str(out)],
-                            stdout=stdout, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=stdout, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     yield proc, stdout, out
     if proc.poll() is None:
         proc.kill()
@@ -167,8 +168,10 @@ def test_cli_names_the_culprit_of_each_graph_and_exits_with_the_accuracy_code(cl
     assert (doc["schema"], doc["exit_code"], doc["message"]) == ("tdbg.compare", 16, "2 graph(s): 2 with a diverging op")
     got = [(g["name"], g["verdict"], g["culprit"]["name"], g["culprit"]["source"]) for g in doc["graphs"]]
     assert got == [("g0_forward_c1", "culprit", "neg", NEG_LINE), ("g1_backward_c1", "culprit", "neg_1", COS_LINE)]
-    for line in ("first diverging op: neg (aten.neg)", f"source: {NEG_LINE}", "FX node: neg = aten.neg(...)",
-                 "first diverging op: neg_1 (aten.neg)", f"source: {COS_LINE}", "<- first"):
+    shown = os.path.relpath(CHAIN, ROOT)   # the report names files relative to the working directory
+    for line in ("first diverging op: neg (aten.neg)", f"source: {shown}:17 in chain: z = torch.neg(y)",
+                 "FX node: neg = aten.neg(...)", "first diverging op: neg_1 (aten.neg)",
+                 f"source: {shown}:21 in chain: z = torch.cos(z)", "<- first"):
         assert line in text, text
 
 
