@@ -101,8 +101,9 @@ def _run_problem(verdict: dict, script: str):
     err = verdict.get("error") or {}
     words = common.STAGE_WORDS.get(verdict.get("stage"), verdict.get("stage"))
     where = f" at {err['source']}" if err.get("source") else ""
+    first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
     return (f"the run of {script} failed before there was anything to compare: {words}{where}: "
-            f"{err.get('message', '')}. `tdbg run {script}` reports it in full.", common.stage_exit_code(verdict))
+            f"{first} (`tdbg run {script}` reports it in full).", common.stage_exit_code(verdict))
 
 
 def _compare_folder(folder, backend, graphs, tolerance) -> dict:

@@ -220,3 +220,14 @@ def test_cli_refuses_a_tampered_saved_folder(saved_chain, tmp_path):
     r = CliRunner().invoke(cli, ["compare", folder])
     assert r.exit_code == 3, r.output
     assert victim in r.output.replace("\n", "")
+
+
+def test_a_run_that_fails_before_any_graph_runs_gives_its_own_stage_and_first_line():
+    from tdbg.cli.compare import _run_problem
+    verdict = {"status": "failed", "stage": "cpp_build",
+               "error": {"message": "k.cpp:40: error: x was not declared\n   40 | ...", "source": "s.py:13 in f: y = g(x)"}}
+    assert _run_problem(verdict, "s.py") == (
+        "the run of s.py failed before there was anything to compare: the generated C++ did not compile at "
+        "s.py:13 in f: y = g(x): k.cpp:40: error: x was not declared (`tdbg run s.py` reports it in full).", 14)
+    assert _run_problem({"status": "failed", "stage": "accuracy", "error": {}}, "s.py") is None
+    assert _run_problem({"status": "ok", "compile_calls": 0}, "s.py")[1] == 3
