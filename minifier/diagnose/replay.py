@@ -88,11 +88,11 @@ def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> Non
                 except runtime.CannotRun as e:
                     raise SavedIOError(f"graph {graph.name} cannot be compiled with backend {name} here: {e}") from None
                 except Exception as e:  # the compiler's failure is the verdict
-                    return _failed(result, _stage(e, name), e, "compile")
+                    return _failed(result, graph, _stage(e, name), e, "compile")
         try:
             actual = [v for _, v in flatten(compiled(*graph.inputs))]
         except Exception as e:
-            return _failed(result, _stage(e, name), e, "run")
+            return _failed(result, graph, _stage(e, name), e, "run")
     result.outputs = len(graph.expected)
     result.max_abs_error = _max_error(graph.expected, actual)
     found = compare(graph.expected, actual)
@@ -140,16 +140,19 @@ def _stage(e: BaseException, backend: str) -> str:
     return typed.stage if typed is not None and typed.stage != "internal" else "backend"
 
 
-def _failed(result: Replay, stage: str, e: BaseException, during: str) -> None:
+def _failed(result: Replay, graph: SavedGraph, stage: str, e: BaseException, during: str) -> None:
+    """The verdict of a compile or run failure: the typed error's evidence (FX nodes, kernel) and
+    the user line of its first node the run saved."""
     from tdbg.minifier.runs.instrument import typed_error
     typed = typed_error(e)
     evidence = typed.evidence() if typed is not None else {}
     lines = str(evidence.get("message") or e).strip().splitlines()
+    nodes = [evidence["fx_node"]] if evidence.get("fx_node") else list(evidence.get("fx_nodes") or [])
     result.status, result.stage = "failed", stage
     result.error = {"type": type(typed or e).__name__, "during": during,
                     "message": "\n".join(lines[:12] + ([f"... ({len(lines) - 12} more lines)"] if len(lines) > 12 else [])),
-                    "fx_node": evidence.get("fx_node") or None, "kernel": evidence.get("kernel") or None,
-                    "source": None}
+                    "fx_node": ", ".join(map(str, nodes)) or None, "kernel": evidence.get("kernel") or None,
+                    "source": next((graph.node_sources[n] for n in nodes if graph.node_sources.get(n)), None)}
 
 
 def _max_error(expected: list, actual: list) -> Optional[float]:

@@ -80,3 +80,12 @@ def test_replay_uses_the_recorded_config_so_an_injected_run_replays_its_bug(save
     result = replay(load_graph(folder, "g0_forward_c1"))
     assert result.stage == "accuracy" and result.config == {"inject_bug": ["sigmoid", "accuracy"]}
     assert replay(load_graph(folder, "g0_forward_c1"), "eager").max_abs_error == 0.0
+
+
+def test_a_kernel_that_fails_while_running_is_its_stage_with_kernel_node_and_line(saved_runs, monkeypatch):
+    _, folder = saved_runs("healthy")
+    monkeypatch.setenv("TDBG_INJECT_BUG", "sigmoid:runtime_error")
+    result = replay(load_graph(folder, "g0_forward_c1"))
+    assert (result.status, result.stage) == ("failed", "kernel_runtime")
+    assert result.error["fx_node"] == "sigmoid" and "sigmoid" in result.error["kernel"]
+    assert result.error["source"].endswith("deep_mlp.py:23 in forward: gate = torch.sigmoid(self.fc2(h))")
