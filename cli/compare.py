@@ -84,7 +84,7 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
                     "run": {k: verdict.get(k) for k in ("status", "stage", "error")}, "graphs": [],
                     "message": message}
         # each graph recompiles as the run compiled it (its replay spec: backend and config)
-        doc = _compare_folder(folder, None, graphs, tolerance)
+        doc = _compare_folder(folder, None, graphs, tolerance, named=(backend, script))
         doc.update(target=script, argv=args, backend=backend)
         return doc
     finally:
@@ -106,7 +106,7 @@ def _run_problem(verdict: dict, script: str):
             f"{first} (`tdbg run {script}` reports it in full).", common.stage_exit_code(verdict))
 
 
-def _compare_folder(folder, backend, graphs, tolerance) -> dict:
+def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
     from tdbg.compiler.errors import TdbgError
     from tdbg.minifier.artifacts.saved_io import load_graph, read_manifest, split_path
     directory, one = split_path(folder)
@@ -125,16 +125,27 @@ def _compare_folder(folder, backend, graphs, tolerance) -> dict:
         saved = [load_graph(directory, n) for n in names]
     except TdbgError as e:   # SavedIOError: a damaged or tampered folder is bad input, never a verdict
         fail(str(e), getattr(e, "stage", "bad_input"))
-    rows = [_compare_one(g, directory, backend, tolerance) for g in saved]
+    rows = [_compare_one(g, directory, backend, tolerance, named) for g in saved]
     code = _exit_code(rows)
     return {"target": folder, "backend": backend or manifest.get("backend"), "status": "ok" if code == 0 else "failed",
             "exit_code": code, "graphs": rows,
             "message": _summary(rows)}
 
 
-def _compare_one(g, directory, backend, tolerance) -> dict:
+def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
+    """One saved graph's comparison as a JSON-ready dict. `named` = (--backend, script) of a
+    script run: used when the run could not record how to rebuild its backend."""
     from tdbg.minifier.diagnose.divergence import Replay, compare_graph
     chosen = backend or Replay(g.replay_spec, directory)
+    if not backend and (g.replay_spec.get("backend") or {}).get("kind") == "unavailable" and named:
+        name, script = named
+        head = name.rpartition(":")[0]
+        if head.endswith(".py") and os.path.realpath(head) == os.path.realpath(script):
+            return {"name": g.name, "kind": g.kind, "verdict": "error", "stage": "bad_input", "diverged": None,
+                    "message": f"the backend {name} is defined in the script being run, and the run could not save "
+                               "it; compare recompiles graphs outside the run, so give the backend as "
+                               "module:function (e.g. with PYTHONPATH set to its folder) or move it to another file"}
+        chosen = name
     now_doing(f"comparing graph {g.name} node by node")
     try:
         result = compare_graph(g.gm, g.inputs, chosen, name=g.name, kind=g.kind, tolerance=tolerance,
