@@ -14,6 +14,7 @@ Written by `tdbg run --save-io DIR` (runs/instrument.py IOSaver calls `Writer`),
                            [record], "compiled": [record] | null, "compiled_error": str | null,
                            "node_sources": {FX node: "file:line in fn: code"}, "replay": the
                            runtime.py spec that recompiles the graph as the run did, "tolerances",
+                           "rng_state": record of torch's CPU RNG state before the call,
                            "timing": {"median_s", "min_s", "samples", "times_s", "per_kernel":
                            {kernel: {"median_s", "samples"}} | null} | null}
     DIR/<GRAPH>/tensors/<sha256>.bin   raw bytes of one tensor (contiguous), named by their SHA-256,
@@ -129,6 +130,7 @@ class SavedGraph:
     node_sources: dict
     meta: dict
     source: str = ""
+    rng_state: Any = None      # torch's CPU RNG state the saved call started from (random ops replay alike)
     _inputs: list = field(default_factory=list, repr=False)
 
     @property
@@ -234,13 +236,14 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
         expected = [read_value(folder, r, f"{where} expected output") for r in meta["expected"]]
         compiled = (None if meta.get("compiled") is None else
                     [read_value(folder, r, f"{where} compiled output") for r in meta["compiled"]])
+        rng_state = None if not meta.get("rng_state") else read_value(folder, meta["rng_state"], where)
     except (KeyError, TypeError) as e:
         raise SavedIOError(f"{meta_path} lacks {e}; the saved graph is damaged.") from None
     placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     if placeholders != len(inputs):
         raise SavedIOError(f"{source_path} takes {placeholders} inputs but {meta_path} lists {len(inputs)}.")
     return SavedGraph(name, meta.get("kind", ""), folder, gm, expected, compiled,
-                      dict(meta.get("node_sources") or {}), meta, source, inputs)
+                      dict(meta.get("node_sources") or {}), meta, source, rng_state, inputs)
 
 
 def _rename(gm, names) -> None:
@@ -279,7 +282,7 @@ class Writer:
 
     def add(self, *, kind: str, graph: int, call: int, gm, inputs: list, expected: Optional[list],
             compiled: Optional[list], compiled_error: Optional[str], node_sources: dict, replay: dict,
-            signature: str) -> str:
+            signature: str, rng_state=None) -> str:
         """Save one graph call (gm: the graph as compiled; inputs as given to it); its name."""
         from tdbg.minifier.artifacts.graph_io import TensorStore, case_source, from_graph_module
         from tdbg.minifier.diagnose.accuracy import TOLERANCES
@@ -297,7 +300,8 @@ class Writer:
                 "compiled_error": compiled_error,
                 "nodes": [n.name for n in case.gm.graph.nodes if n.op != "output"], "node_sources": node_sources, "replay": replay,
                 "tolerances": {str(k).replace("torch.", ""): list(v) for k, v in TOLERANCES.items()},
-                "timing": None}
+                "timing": None,
+                "rng_state": None if rng_state is None else write_value(folder, "rng_state", rng_state)}
         with open(os.path.join(folder, GRAPH_SOURCE), "w") as f:
             f.write(source)
         self.metas[name] = meta

@@ -7,7 +7,9 @@ and the minifier's queries do, through repro_templates/runtime.py compile_graph;
 the backend whole), or with another backend (`eager` runs the graph uncompiled), runs it on the
 saved inputs and compares with the saved eager outputs (diagnose/accuracy.py: float64 reference,
 per-dtype tolerances). The result is a verdict like `tdbg run`'s: status, stage (the compiler
-stage that failed, `accuracy`, `backend`), error {type, message, fx_node, source}.
+stage that failed, `accuracy`, `backend`), error {type, message, fx_node, source}. The call
+starts from the saved call's RNG state, so a graph with random ops replays the same draws in
+eager (a compiler's own random streams may still differ from eager's).
 
 The saved run's thread count is used while replaying (reductions may round differently with
 another), so `--backend eager` reproduces the saved eager outputs bit for bit; `max_abs_error`
@@ -72,10 +74,19 @@ def replay(graph: SavedGraph, backend: Optional[str] = None) -> Replay:
 
 def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> None:
     import torch
+    inputs = graph.inputs
+    rng = torch.get_rng_state()
+    try:
+        _run(graph, name, recorded, result, inputs)
+    finally:
+        torch.set_rng_state(rng)
+
+
+def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: list) -> None:
+    import torch
 
     from tdbg.minifier.diagnose.accuracy import compare, flatten, fp64_reference
     from tdbg.repro_templates import runtime
-    inputs = graph.inputs
     with torch.no_grad():
         if name == "eager":
             compiled = graph.gm
@@ -89,6 +100,8 @@ def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> Non
                     raise SavedIOError(f"graph {graph.name} cannot be compiled with backend {name} here: {e}") from None
                 except Exception as e:  # the compiler's failure is the verdict
                     return _failed(result, graph, _stage(e, name), e, "compile")
+        if graph.rng_state is not None:   # the saved call's RNG state: random ops draw what they drew
+            torch.set_rng_state(graph.rng_state)
         try:
             actual = [v for _, v in flatten(compiled(*graph.inputs))]
         except Exception as e:
@@ -96,7 +109,9 @@ def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> Non
     result.outputs = len(graph.expected)
     result.max_abs_error = _max_error(graph.expected, actual)
     found = compare(graph.expected, actual)
-    if found:
+    random_ops = sorted({str(n.target) for n in graph.gm.graph.nodes if _draws_random(n)})
+    if found and not random_ops:
+        # a float64 run of a graph that draws random numbers draws other ones: no reference then
         found = compare(graph.expected, actual, fp64_reference(graph.gm, graph.inputs))
     if found:
         result.status, result.stage = "failed", "accuracy"
@@ -108,6 +123,15 @@ def _replay(graph: SavedGraph, name: str, recorded: bool, result: Replay) -> Non
                                    "\n".join(f"  {m.output} ({m.dtype}{list(m.shape)}): {m.message}" for m in found),
                         "fx_node": ", ".join(dict.fromkeys(fx)) or None,
                         "source": next((graph.node_sources.get(n) for n in fx if graph.node_sources.get(n)), None)}
+        if random_ops:
+            result.error["message"] += (f"\nthe graph draws random numbers ({', '.join(random_ops)}): a backend's own "
+                                        "random streams may differ from eager's, so this mismatch need not be a bug")
+
+
+def _draws_random(node) -> bool:
+    """The node draws random numbers (an op tagged nondeterministic_seeded: dropout, rand, ...)."""
+    import torch
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
 def _spec_for(name: str, graph: SavedGraph) -> dict:

@@ -470,11 +470,12 @@ class IOSaver:
         try:
             actual = compiled(*args)
         except BaseException as e:
-            self._write(kind, index, call, snap, before, expected, None, f"{type(e).__name__}: {e}", replay, sig, saved)
+            self._write(kind, index, call, snap, before, expected, None, f"{type(e).__name__}: {e}", replay, sig, saved,
+                        rng)
             raise
         seconds = time.perf_counter() - start
         outputs = [v.detach() if isinstance(v, torch.Tensor) else v for _, v in flatten(actual)]
-        name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved)
+        name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved, rng)
         if name and self.profile:
             self.first_call_s[name] = seconds
             if self.after == "aot":
@@ -521,10 +522,10 @@ class IOSaver:
                 times.setdefault(match.group(1), []).append(event.cpu_time_total / 1e6)
         return times
 
-    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved):
+    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved, rng):
         try:
             name = self.writer.add(kind=kind, graph=index, call=call, gm=snap, inputs=inputs, expected=expected,
-                                   compiled=compiled, compiled_error=error, replay=replay, signature=sig,
+                                   compiled=compiled, compiled_error=error, replay=replay, signature=sig, rng_state=rng,
                                    node_sources={n.name: node_source(n, is_user_file) for n in snap.graph.nodes
                                                  if n.op.startswith("call_") and node_source(n, is_user_file)})
         except Exception as e:  # the user's run goes on; the manifest says what was not saved

@@ -89,3 +89,25 @@ def test_a_kernel_that_fails_while_running_is_its_stage_with_kernel_node_and_lin
     assert (result.status, result.stage) == ("failed", "kernel_runtime")
     assert result.error["fx_node"] == "sigmoid" and "sigmoid" in result.error["kernel"]
     assert result.error["source"].endswith("deep_mlp.py:23 in forward: gate = torch.sigmoid(self.fc2(h))")
+
+
+def test_random_ops_replay_their_saved_draws_and_never_pass_by_a_float64_reference(tmp_path):
+    from tdbg.minifier.artifacts.saved_io import Writer
+
+    def f(x):
+        return (torch.nn.functional.dropout(x.sin(), 0.5, training=True) * 2,)
+    x = torch.randn(6, 5)
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(f)(x)
+    rng = torch.get_rng_state()
+    expected = list(gm(x))
+    writer = Writer(str(tmp_path / "io"), {"backend": "eager", "script": "s.py", "after": "dynamo", "threads": 1})
+    writer.add(kind="dynamo", graph=0, call=1, gm=gm, inputs=[x], expected=expected, compiled=expected,
+               compiled_error=None, node_sources={}, replay={}, signature="s", rng_state=rng)
+    graph = load_graph(str(tmp_path / "io"), "g0_dynamo_c1")
+    torch.manual_seed(123)     # the replay starts from the saved state, not from this one
+    assert replay(graph, "eager").max_abs_error == 0.0
+    # other draws (what a compiler's own random stream gives) fail, and the message says why
+    graph.rng_state = None
+    result = replay(graph, "eager")
+    assert result.stage == "accuracy" and "the graph draws random numbers (aten.bernoulli_" in result.error["message"]
