@@ -28,6 +28,7 @@ max |x - r| / max(|r|, atol) over elements (no blow-up near zero). Nothing here 
 """
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
@@ -369,8 +370,18 @@ def kernel_of(compiled) -> Callable[[str], Optional[str]]:
     return lambda name: first.get(name) or (None if name in lowered else "aten fallback")
 
 
+def _producer(node):
+    """The node that computes `node`'s value: a tuple element's (getitem's) producer, else itself."""
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0]
+    return node
+
+
 def _op_name(node) -> str:
-    """'aten.neg' for aten.neg.default (the overload adds nothing a reader needs)."""
+    """'aten.neg' for aten.neg.default (the overload adds nothing a reader needs); 'aten.var_mean[1]'
+    for an element of a tuple-valued op."""
+    if _producer(node) is not node:
+        return f"{_op_name(node.args[0])}[{node.args[1]}]"
     packet = getattr(node.target, "overloadpacket", None)
     return str(packet) if packet is not None else getattr(node.target, "__name__", str(node.target))
 
@@ -483,7 +494,7 @@ def _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, ke
         local = _local_wrong(node, value, comp_env, tolerance) if row["diverges"] else None
         rows.append(NodeError(i, node.name, _op_name(node), str(eager.dtype).replace("torch.", ""),
                               list(eager.shape), local_wrong=local, source=sources.get(node.name),
-                              kernel=kernel(node.name) or debug_kernel(node.name), **row))
+                              kernel=kernel(_producer(node).name) or debug_kernel(_producer(node).name), **row))
     return rows
 
 
