@@ -7,7 +7,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tdbg.minifier.artifacts.saved_io import Writer
 from tdbg.minifier.diagnose.diff import diff_saved
 
-from conftest import tdbg
+from saveio_runs import saved_runs, tdbg  # noqa: F401 - saved_runs is a fixture
 
 
 def test_injected_bug_changes_exactly_the_graph_that_computes_it(saved_runs, tmp_path):

@@ -9,7 +9,7 @@ from tdbg.minifier.artifacts.saved_io import SavedIOError, load_graph
 from tdbg.minifier.diagnose.accuracy import TOLERANCES
 from tdbg.minifier.diagnose.replay import replay
 
-from conftest import INJECTED, tdbg
+from saveio_runs import INJECTED, saved_runs, tdbg  # noqa: F401 - saved_runs is a fixture
 
 
 def test_eager_replay_of_every_saved_graph_is_bit_identical(saved_runs, tmp_path):

@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.minifier.artifacts.saved_io import FORMAT, SavedIOError, Writer, load_graph, load_saved
 
-from conftest import DEEP_MLP, tdbg
+from saveio_runs import DEEP_MLP, saved_runs, tdbg  # noqa: F401 - saved_runs is a fixture
 
 
 def _small_folder(path):

@@ -1,10 +1,17 @@
-"""Shared runs for the debugging tests: `tdbg run --save-io` on tests/debugging/scripts/deep_mlp.py,
-healthy (with --profile) and under an injected accuracy bug in sigmoid (an op of the forward graph
-only), started once per session, two at a time, the first time a test asks for any of them."""
+"""Shared runs for the save-io, replay and diff tests: `tdbg run --save-io` on
+tests/debugging/scripts/deep_mlp.py, healthy (with --profile) and under an injected accuracy bug in
+sigmoid (an op of the forward graph only), plus two small ones, started once per test process, two
+at a time, the first time a test asks for any of them (the `saved_runs` fixture).
+
+A helper module, not conftest.py: test modules of several folders do `from conftest import ...`,
+and pytest keeps only the last conftest it loaded under that name."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -77,9 +84,20 @@ class SavedRuns:
         return self.futures[name].result()
 
 
-@pytest.fixture(scope="session")
-def saved_runs(tmp_path_factory):
-    runs = SavedRuns(str(tmp_path_factory.mktemp("saved-io")))
-    runs.start("healthy", "injected", "eager", "two_shapes")
-    yield runs
-    runs.pool.shutdown(wait=True, cancel_futures=True)
+_RUNS = []
+
+
+def _shared() -> SavedRuns:
+    if not _RUNS:
+        runs = SavedRuns(tempfile.mkdtemp(prefix="tdbg-saveio-tests-"))
+        runs.start("healthy", "injected", "eager", "two_shapes")
+        atexit.register(shutil.rmtree, runs.base, True)
+        atexit.register(runs.pool.shutdown, True, cancel_futures=True)
+        _RUNS.append(runs)
+    return _RUNS[0]
+
+
+@pytest.fixture
+def saved_runs():
+    """The shared SavedRuns (one per test process, whichever module asks first)."""
+    return _shared()
