@@ -86,7 +86,10 @@ class Compilation:
 
 
 def _lower(c):
+    from .layout import plan_layout
     from .lowering import GraphLowering
+    # layout planning (channels_last through convolutions) rewrites a copy of the graph first
+    c.gm = plan_layout(c.gm, c.example_inputs, c.config, c.kind)
     c.graph = GraphLowering(c.gm, c.example_inputs, c.config)
     c.graph.run(*c.example_inputs)
     if c.trace:

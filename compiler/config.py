@@ -50,6 +50,7 @@ class Config:
     fallback_ops: frozenset = frozenset()  # aten op names ("neg", "aten.neg.default") forced to aten
     fallback_random: bool = False      # random ops through aten (bit-exact with eager)
     max_lowered_ops: Optional[int] = None  # bisect: only the first N lowerable nodes are lowered
+    layout_optimization: bool = True   # inference graphs with 2-d convolutions run NHWC (layout.py)
     # codegen
     simdlen: int = 8                   # vector width in float32 lanes; 0 disables vectorization
     vectorize: bool = True

@@ -18,6 +18,8 @@ DECOMPOSED = [
     aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
     aten.native_layer_norm, aten.native_layer_norm_backward,
     aten._native_batch_norm_legit_functional,
+    # eval BatchNorm: pointwise over the running stats, so it fuses with the activation/residual after it
+    aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit, aten.native_batch_norm,
     aten.native_batch_norm_backward, aten.native_group_norm, aten.native_group_norm_backward,
     aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward, aten.hardtanh, aten.hardtanh_backward,
     aten.leaky_relu, aten.leaky_relu_backward, aten.elu, aten.elu_backward, aten.softplus,

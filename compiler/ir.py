@@ -149,6 +149,9 @@ class ComputedBuffer(Buffer):
         super().__init__(name, layout)
         self.data = data
         self.origins = list(data.origins)
+        # dims outermost first when the loops should follow a planned (e.g. NHWC) layout's memory
+        # order instead of the logical order; None = logical order (see layout.py)
+        self.loop_order = None
 
     def store_index(self, index) -> sympy.Expr:
         return self.layout.index(index)

@@ -100,6 +100,8 @@ class GraphLowering(torch.fx.Interpreter):
         self._inputs = iter(example_inputs)
         self.output_nodes = set()
         self.current_node = None
+        # layout.py planned some strides: buffers in a planned layout loop in its memory order
+        self.planned = any(n.meta.get("tdbg_layout") for n in gm.graph.nodes)
 
     # -- naming and buffers ---------------------------------------------------------------
     def new_name(self) -> str:
@@ -127,6 +129,8 @@ class GraphLowering(torch.fx.Interpreter):
             cand = FixedLayout(tuple(int(s) for s in size), tuple(int(s) for s in stride), data.dtype)
             layout = cand if cand.is_dense() else layout
         buf = self.register(ComputedBuffer(self.new_name(), layout, data))
+        if self.planned and layout.stride != ir.contiguous_strides(layout.size):
+            buf.loop_order = memory_order(layout)
         self.operations.append(buf)
         return buf
 
@@ -134,8 +138,14 @@ class GraphLowering(torch.fx.Interpreter):
         return self._materialize(red, red.ranges, self._output_stride(node))
 
     def _output_stride(self, node):
+        """The strides a realized `node` gets: eager's for graph outputs, the planned ones for
+        nodes layout.py planned (meta tdbg_layout), else None (contiguous)."""
         val = node.meta.get("val")
-        return val.stride() if node in self.output_nodes and isinstance(val, torch.Tensor) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        if node in self.output_nodes:
+            return node.meta.get("tdbg_eager_stride", val.stride())
+        return val.stride() if node.meta.get("tdbg_layout") else None
 
     # -- interpreter ----------------------------------------------------------------------
     def run(self, *args, **kwargs):
@@ -192,6 +202,11 @@ class GraphLowering(torch.fx.Interpreter):
         for value, fx in zip(flat, nodes):
             if isinstance(value, (StorageBox, View)) or (isinstance(value, IRNode) and value.storage() is None):
                 value = self.realize(value, self._output_stride(fx) if isinstance(fx, torch.fx.Node) else None)
+            elif isinstance(fx, torch.fx.Node) and "tdbg_eager_stride" in fx.meta and isinstance(value, IRNode):
+                # an aten call produced it in the planned layout: the output gets eager's strides
+                if tuple(value.storage()[1].stride) != tuple(fx.meta["tdbg_eager_stride"]):
+                    data = Pointwise(tuple(value.size), value.dtype, value.make_loader(), [fx])
+                    value = self._materialize(data, value.size, fx.meta["tdbg_eager_stride"])
             self.graph_outputs.append(value)
         self.output_spec = spec
         return None
@@ -271,6 +286,11 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(val, (list, tuple)):
             return type(val)(self._extern_outputs(kernel, v, f"{expr}[{i}]") for i, v in enumerate(val))
         return val
+
+
+def memory_order(layout) -> tuple:
+    """Dims of `layout` from the largest stride to the smallest (ties keep logical order)."""
+    return tuple(sorted(range(len(layout.size)), key=lambda d: -layout.stride[d]))
 
 
 def _storage_buffer(x):

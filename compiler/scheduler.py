@@ -65,15 +65,15 @@ class _ReadsOps:
         return lambda *args, **kwargs: None
 
 
-def _canonical_index(sizes, prefix):
-    """Index list over `sizes` with variables only for dims of size != 1; the loop sizes."""
-    index, loop, k = [], [], 0
-    for s in sizes:
-        if int(s) == 1:
-            index.append(sympy.Integer(0))
-        else:
-            index.append(ir.index_var(prefix, k))
-            loop.append(int(s))
+def _canonical_index(sizes, prefix, order=None):
+    """Index list over `sizes` with variables only for dims of size != 1; the loop sizes.
+    `order` (dims outermost first, e.g. a channels_last buffer's N, H, W, C) numbers the loop
+    variables in that order, so the loop nest walks the buffer in memory order."""
+    index, loop, k = [sympy.Integer(0)] * len(sizes), [], 0
+    for d in (order if order is not None else range(len(sizes))):
+        if int(sizes[d]) != 1:
+            index[d] = ir.index_var(prefix, k)
+            loop.append(int(sizes[d]))
             k += 1
     return index, tuple(loop)
 
@@ -99,9 +99,10 @@ class SchedulerNode:
         self.buffer, self.name = buffer, buffer.name
         data = buffer.data
         self.is_reduction = isinstance(data, Reduction)
-        self.index, self.ranges = _canonical_index(data.ranges, "x")
+        self.index, self.ranges = _canonical_index(data.ranges, "x", getattr(buffer, "loop_order", None))
         self.rindex, self.rranges = [], ()
         if self.is_reduction:
+            self.index, self.ranges = _canonical_index(data.ranges, "x")
             self.rindex, self.rranges = _canonical_index(data.reduction_ranges, "r")
         elif outer_dims is not None:
             # an inner pointwise: its last dims run in an inner loop inside the group's outer loops
