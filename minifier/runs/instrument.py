@@ -239,7 +239,8 @@ class Session:
             info.setdefault("unchecked", []).append({"call": call, "reason": result.unchecked[:300]})
         for part, found in (("forward", result.forward), ("backward", result.backward)):
             if found:
-                error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file))
+                error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file),
+                                      draws_random=result.draws_random)
                 error.tdbg_during = part if part == "backward" else "run"
                 raise error
         return result.actual

@@ -18,6 +18,8 @@ RUNS = {
     "aot_autograd_backward": (("run", f"{S}/train_mlp.py", "--backend", f"{BACKENDS}:wrong_backward",
                                "--check-accuracy"), {}),
     "backward_kernel": (("run", f"{S}/train_mlp.py"), {"TDBG_INJECT_BUG": "le:runtime_error"}),
+    "random_graph": (("run", f"{S}/noisy_relu.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
+                      "--check-accuracy"), {}),
 }
 THIRD_CALL_LINE = f"{S}/third_call.py:6 in f: return torch.relu(x) * 2 + 1"
 MLP_CALL_LINE = f"{S}/train_mlp.py:12 in <module>: loss = torch.nn.functional.cross_entropy(step(x), target)"
@@ -99,3 +101,13 @@ def test_real_inductor_training_step_passes_forward_and_backward(tdbg_runs):
     [graph] = r.json["verdict"]["graphs"]
     assert (graph["checked_calls"], graph["grads_checked"]) == (3, 3)   # the script's three steps
     assert "not checked" not in r.stdout
+
+
+def test_a_graph_that_draws_random_numbers_is_not_excused_by_a_float64_reference(runs):
+    """A float64 run draws other numbers than eager (rand_like), so its large "eager error" once let
+    any compiled result pass: a false OK. Such graphs are judged against eager alone, and say why."""
+    r = runs("random_graph")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["graph"], err["call"], err["part"]) == (0, 1, "forward")
+    assert "This graph draws random numbers" in err["message"]
