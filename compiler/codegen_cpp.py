@@ -447,6 +447,14 @@ class CppOps:
             outside.lines.append(f"{t} {outside.cache[key]} = static_cast<{t}>(1) / {b};")
         return self.k.cse(f"{a} * {outside.cache[key]}", a.dtype)
 
+    def rand(self, seed, stream, offset, dtype):
+        """Uniform [0, 1) in `dtype` for element `offset` of `stream` (cpp_prelude.h tdbg_philox)."""
+        return self.k.cse(f"tdbg_rand<{cpp_type(dtype)}>({seed}, {stream}, {offset})", dtype)
+
+    def randn(self, seed, stream, offset, dtype):
+        """Standard normal in `dtype` (Box-Muller over one Philox draw)."""
+        return self.k.cse(f"tdbg_randn<{cpp_type(dtype)}>({seed}, {stream}, {offset})", dtype)
+
     def where(self, cond, a, b):
         return self.k.cse(f"{cond} ? {a} : {b}", a.dtype)
 

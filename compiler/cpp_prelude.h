@@ -469,3 +469,38 @@ template <class T> TDBG_INLINE bool tdbg_arg_better_max(T cand, T acc) {
 template <class T> TDBG_INLINE bool tdbg_arg_better_min(T cand, T acc) {
   return !tdbg_isnan(acc) && (tdbg_isnan(cand) || cand < acc);
 }
+
+// ---- random numbers (compiler/lowering_random.py) -------------------------------------------
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
+// counter-based generator, so every element's value is a pure function of (seed, stream,
+// offset) and loops over elements stay independent (vectorizable, parallel, fusable). Branch-free.
+struct tdbg_philox_out { uint32_t x0, x1; };
+TDBG_INLINE tdbg_philox_out tdbg_philox(int64_t seed, int64_t stream, int64_t offset) {
+  uint32_t c0 = static_cast<uint32_t>(offset), c1 = static_cast<uint32_t>(static_cast<uint64_t>(offset) >> 32);
+  uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(static_cast<uint64_t>(stream) >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(static_cast<uint64_t>(seed) >> 32);
+#pragma GCC unroll 10
+  for (int r = 0; r < 10; ++r) {
+    uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1); c3 = static_cast<uint32_t>(p0);
+    c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return {c0, c1};
+}
+// uniform on [0, 1): float from 24 random bits, double from 53 (every value a multiple of 2^-24
+// / 2^-53, as torch's CPU uniform)
+template <class T> TDBG_INLINE T tdbg_rand(int64_t seed, int64_t stream, int64_t offset) {
+  tdbg_philox_out r = tdbg_philox(seed, stream, offset);
+  if constexpr (sizeof(T) == 4) { return static_cast<float>(r.x0 >> 8) * 0x1p-24f; }
+  else { return static_cast<double>(((static_cast<uint64_t>(r.x0) << 32) | r.x1) >> 11) * 0x1p-53; }
+}
+// standard normal by Box-Muller over two independent 32-bit words, in double (u1 in (0, 1])
+template <class T> TDBG_INLINE T tdbg_randn(int64_t seed, int64_t stream, int64_t offset) {
+  tdbg_philox_out r = tdbg_philox(seed, stream, offset);
+  double u1 = (static_cast<double>(r.x0) + 1.0) * 0x1p-32, u2 = static_cast<double>(r.x1) * 0x1p-32;
+  return static_cast<T>(__builtin_sqrt(-2.0 * __builtin_log(u1)) * __builtin_cos(6.283185307179586 * u2));
+}

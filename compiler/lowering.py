@@ -607,3 +607,4 @@ def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
 
 # Importing the reduction lowerings registers them in LOWERINGS.
 from . import lowering_reductions  # noqa: E402,F401
+from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)

@@ -7,8 +7,8 @@ the compute and result dtypes (`promotion`, an ELEMENTWISE_TYPE_PROMOTION_KIND n
 for the vectorized spelling (`vec`, filled by the vectorization work). `accuracy_bug` is the
 wrong spelling `inject_bug=(op, "accuracy")` uses; rows without one get a generic wrong result.
 
-Lowerings of non-pointwise ops (views, reductions, cat, ...) live in lowering.py; ops handled
-there are listed in OTHER_LOWERINGS for documentation and tests.
+Lowerings of non-pointwise ops (views, reductions, cat, ...) live in lowering.py (random ops in
+lowering_random.py); ops handled there are listed in OTHER_LOWERINGS for documentation and tests.
 """
 from __future__ import annotations
 
@@ -169,6 +169,9 @@ OTHER_LOWERINGS = {
     "special": ("cat", "constant_pad_nd", "embedding", "gather", "index_select", "where",
                 "full", "full_like", "scalar_tensor", "arange", "iota", "convert_element_type", "_to_copy",
                 "clamp", "clamp_min", "clamp_max", "copy", "rsub", "div.Tensor_mode"),
+    # lowering_random.py: values from an in-kernel Philox stream (config.fallback_random: aten)
+    "random": ("rand", "rand_like", "randn", "randn_like", "uniform", "bernoulli", "native_dropout",
+               "native_dropout_backward"),
 }
 
 
