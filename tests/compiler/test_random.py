@@ -147,3 +147,53 @@ def test_fallback_random_training_step_matches_eager():
     compiled(model, fallback_random=True)(x).sum().backward()   # the same dropout mask as eager's
     for g, w in zip([p.grad for p in model.parameters()], want):
         torch.testing.assert_close(g, w)
+
+
+# Random123's known-answer vectors for Philox4x32-10: (counter c0..c3, key k0 k1) -> first two
+# output words. tdbg_philox(seed, stream, offset) puts offset in c0/c1, stream in c2/c3, seed in k.
+PHILOX_KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0), (0xD16CFE09, 0x94FDCCEB)),
+]
+KAT_SOURCE = '''#include "tdbg_prelude.h"
+extern "C" void philox(int64_t seed, int64_t stream, int64_t offset, uint32_t* out) {
+  tdbg_philox_out r = tdbg_philox(seed, stream, offset);
+  out[0] = r.x0; out[1] = r.x1;
+}
+extern "C" void uniform(int64_t seed, float* o, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; ++i) o[i] = tdbg_rand<float>(seed, 3, i);
+}
+'''
+
+
+def _signed(hi, lo):
+    v = (hi << 32) | lo
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def test_philox_matches_known_answers_and_vectorizes(tmp_path):
+    import ctypes
+    import subprocess
+    from pathlib import Path
+    from tdbg.compiler.build import cxx_available
+    if not cxx_available():
+        pytest.skip("needs a C++ compiler")
+    prelude = Path(tconfig.__file__).with_name("cpp_prelude.h")
+    (tmp_path / "tdbg_prelude.h").write_text(prelude.read_text())
+    src = tmp_path / "kat.cpp"
+    src.write_text(KAT_SOURCE)
+    cfg = tconfig.current()
+    flags = [f for f in cfg.cxx_flags if f != "-w"]
+    proc = subprocess.run([cfg.cxx, *flags, "-fopt-info-vec-optimized", f"-I{tmp_path}", str(src),
+                           "-o", str(tmp_path / "kat.so")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loop_line = KAT_SOURCE.splitlines().index(next(l for l in KAT_SOURCE.splitlines() if "for (" in l)) + 1
+    assert re.search(rf"kat\.cpp:{loop_line}:\d+: optimized: loop vectorized", proc.stderr), proc.stderr
+    lib = ctypes.CDLL(str(tmp_path / "kat.so"))
+    lib.philox.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    out = (ctypes.c_uint32 * 2)()
+    for (c0, c1, c2, c3), (k0, k1), want in PHILOX_KAT:
+        lib.philox(_signed(k1, k0), _signed(c3, c2), _signed(c1, c0), ctypes.addressof(out))
+        assert (out[0], out[1]) == want
