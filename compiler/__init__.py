@@ -27,7 +27,7 @@ _graph_numbers: dict = {}                 # Dynamo compile id -> graph number n 
 
 def _graph_number() -> int:
     """0, 1, 2, ... per Dynamo graph; restarts after torch._dynamo.reset() (compile ids restart)."""
-    from torch._guards import CompileContext
+    from .torch_compat import CompileContext
     cid = str(CompileContext.current_compile_id())
     if cid == "0/0" and cid in _graph_numbers:
         _graph_numbers.clear()
@@ -53,8 +53,8 @@ class CompiledGraph:
         self.node_traces = dict(node_traces or {})   # FX node name -> its stack trace (user lines)
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
-        from torch.utils._pytree import tree_unflatten
-        self._unflatten = tree_unflatten
+        from .torch_compat import pytree
+        self._unflatten = pytree.tree_unflatten
         self._tuple = spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children))
 
     def __call__(self, *args):
@@ -198,8 +198,9 @@ def _static(example_inputs) -> bool:
 
 def _node_values(gm):
     import torch
+    from .torch_compat import pytree
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"]
-    return [v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, (torch.Tensor, torch.SymInt))]
+    return [v for v in pytree.tree_leaves(vals) if isinstance(v, (torch.Tensor, torch.SymInt))]
 
 
 def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
@@ -230,7 +231,7 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
         from .wrapper import write_graph_files
         write_graph_files(trace, aten_gm, example_inputs)
     from .trace import record_compilation, timed_stage
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from .torch_compat import unset_fake_temporarily
     # AOTAutograd calls us inside its FakeTensorMode; under it every meta tensor lowering makes
     # (view strides, dtype promotion) costs ~1 ms instead of ~50 us. Nothing here needs fakes.
     stage = None
@@ -255,7 +256,7 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
 
 
 def _data_dependent(gm) -> bool:
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    from .torch_compat import free_unbacked_symbols
     return any(free_unbacked_symbols(n.meta.get("val")) for n in gm.graph.nodes if "val" in n.meta)
 
 
@@ -283,7 +284,7 @@ class _Specializer:
         return call(list(args))
 
     def _compile(self, key, args):
-        from torch._dynamo.convert_frame import compile_lock
+        from .torch_compat import compile_lock
         with compile_lock:
             if key in self.cache:
                 return self.cache[key]
@@ -304,7 +305,7 @@ def specialize(gm, args):
     its value, every node's meta["val"] a fake tensor of static shape. Runs the graph's ops once
     on fake tensors (no FX tracing, no real computation)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from .torch_compat import FakeTensorMode
     from torch.fx.node import map_arg
     graph = torch.fx.Graph()
     remap = {}
@@ -348,14 +349,14 @@ def _concrete(x):
 
 
 def _flat(out):
-    import torch
-    return torch.utils._pytree.tree_flatten(out)[0]
+    from .torch_compat import pytree
+    return pytree.tree_flatten(out)[0]
 
 
 def _output_spec(gm):
-    import torch
+    from .torch_compat import pytree
     out = [n for n in gm.graph.nodes if n.op == "output"][0]
-    return torch.utils._pytree.tree_flatten(out.args[0])[1]
+    return pytree.tree_flatten(out.args[0])[1]
 
 
 def _start_trace(config, graph_name):
@@ -395,7 +396,7 @@ def _model_name(gm) -> str:
         stack = node.meta.get("nn_module_stack")
         if stack:
             return getattr(next(iter(stack.values()))[1], "__name__", "model")
-    from torch._guards import TracingContext
+    from .torch_compat import TracingContext
     tc = TracingContext.try_get()
     for code in getattr(tc, "traced_code", None) or []:
         if f"{os.sep}torch{os.sep}" not in code.co_filename:
@@ -406,7 +407,7 @@ def _model_name(gm) -> str:
 def make_backend(config=None, inner_compile=None):
     """A Dynamo backend: AOTAutograd with tdbg's decompositions, then `inner_compile` per graph."""
     def backend(gm, example_inputs):
-        from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+        from .torch_compat import make_boxed_func, min_cut_rematerialization_partition
         from . import build
         from .decompositions import decomposition_table
         cfg = config or _config.current()
@@ -432,9 +433,9 @@ def aot(gm, example_inputs, **kwargs):
     """What torch._dynamo.backends.common.aot_autograd(**kwargs)(gm, example_inputs) does, without
     its import of Inductor's debug module (0.3-0.5 s once per process, for AOT debug logging):
     nested inputs flattened, the backward compiler and the compiled graph hidden from Dynamo."""
-    from torch._dynamo import disable
-    from torch._dynamo.utils import counters, flatten_graph_inputs
-    from torch._functorch.aot_autograd import aot_module_simplified
+    from .torch_compat import aot_module_simplified, flatten_graph_inputs
+    from .torch_compat import dynamo_counters as counters
+    from .torch_compat import dynamo_disable as disable
     if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
         return flatten_graph_inputs(gm, example_inputs, lambda g, inputs: aot(g, inputs, **kwargs))
     bw_compiler = kwargs["bw_compiler"]
