@@ -129,8 +129,10 @@ class GraphLowering(torch.fx.Interpreter):
             cand = FixedLayout(tuple(int(s) for s in size), tuple(int(s) for s in stride), data.dtype)
             layout = cand if cand.is_dense() else layout
         buf = self.register(ComputedBuffer(self.new_name(), layout, data))
-        if self.planned and layout.stride != ir.contiguous_strides(layout.size):
-            buf.loop_order = memory_order(layout)
+        if self.planned:
+            order = memory_order(layout)
+            moved = [d for d in order if layout.size[d] != 1]
+            buf.loop_order = order if moved != sorted(moved) else None
         self.operations.append(buf)
         return buf
 
@@ -607,4 +609,3 @@ def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
 
 # Importing the reduction lowerings registers them in LOWERINGS.
 from . import lowering_reductions  # noqa: E402,F401
-from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)

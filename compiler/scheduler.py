@@ -178,6 +178,8 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
         n = len(group.ranges)
         if node.is_reduction or not n or len(node.ranges) <= n or node.ranges[:n] != group.ranges:
             return None, node
+        if getattr(node.buffer, "loop_order", None) is not None:
+            return None, node   # its ranges are in memory order; an inner split is in logical order
         node = SchedulerNode(node.buffer, outer_dims=n)
     inside = {n.name: n for n in group.nodes}
     shared = [name for name in node.reads if name in inside]
