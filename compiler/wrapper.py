@@ -23,6 +23,7 @@ from weakref import getweakrefcount
 
 import torch
 
+from . import torch_compat
 from .errors import KernelRuntimeError
 from .ir import Buffer, IRNode, ReinterpretView
 from .scheduler import ExternNode, KernelGroup
@@ -64,8 +65,8 @@ def restride(t: torch.Tensor, stride: tuple) -> torch.Tensor:
 POOL_MIN_BYTES = 1 << 20    # smaller outputs: the allocator's heap reuse already avoids page faults
 ARENA_MIN_BYTES = 32 << 20  # glibc mmaps (and page-faults) every allocation from 32 MB on
 POOL_DEPTH = 2              # storages kept per slot: `x = f(x)` loops alternate between two
-_storage_use_count = torch._C._storage_Use_Count
-below_autograd = torch._C._AutoDispatchBelowADInplaceOrView
+_storage_use_count = torch_compat.storage_use_count
+below_autograd = torch_compat.AutoDispatchBelowADInplaceOrView
 
 
 class BufferPool:
@@ -163,7 +164,7 @@ def pyexpr(x) -> str:
     if isinstance(x, (list, tuple)):
         inner = ", ".join(pyexpr(v) for v in x)
         return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
-    if isinstance(x, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+    if isinstance(x, (torch_compat.OpOverload, torch_compat.HigherOrderOperator)):
         return _target_expr(x)
     if isinstance(x, torch.dtype):
         return str(x)
@@ -315,9 +316,13 @@ class WrapperCodegen:
 
 def out_variant(kernel):
     """The `.out` overload that computes `kernel`'s single, freshly allocated result into a given
-    tensor (same arguments plus `out`), else None."""
+    tensor (same arguments plus `out`), else None. Only an out= with a CPU kernel of its own
+    counts: torch generates the others (convolution.out, embedding_dense_backward.out,
+    native_layer_norm.out, ...) as the functional op into a fresh tensor plus a copy into `out`,
+    a whole extra pass over the result (a ResNet's saved conv outputs, BERT's 94 MB embedding
+    gradient) that costs more than the page faults the pool saves."""
     target = kernel.target
-    if not isinstance(target, torch._ops.OpOverload) or len(kernel.outputs) != 1 or kernel.mutated:
+    if not isinstance(target, torch_compat.OpOverload) or len(kernel.outputs) != 1 or kernel.mutated:
         return None
     schema = target._schema
     if (schema.is_mutable or len(schema.returns) != 1 or schema.returns[0].alias_info is not None
@@ -326,6 +331,8 @@ def out_variant(kernel):
     if "out" not in target.overloadpacket.overloads():
         return None
     out = target.overloadpacket.out
+    if not torch_compat.has_kernel_for_dispatch_key(out.name(), "CPU"):
+        return None
     outs = [a.name for a in out._schema.arguments if a.is_out]
     same = [a.name for a in out._schema.arguments if not a.is_out] == [a.name for a in schema.arguments]
     return out if outs == ["out"] and same else None
@@ -373,7 +380,7 @@ def pool_slots(allocs, plan, graph_outputs, buffers) -> tuple:
 
 
 def _target_expr(target) -> str:
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, torch_compat.HigherOrderOperator):
         return f"torch.ops.higher_order.{target.name()}"
     text = str(target)
     if text.startswith(("aten.", "prims.")):
