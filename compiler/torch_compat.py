@@ -132,6 +132,8 @@ ENTRIES = Table([
     E("AutoDispatchBelowADInplaceOrView", "torch._C", "_AutoDispatchBelowADInplaceOrView",
       "calling aten below autograd in the compiled wrapper"),
     E("is_alias_of", "torch._C", "_is_alias_of", "mutated inputs aliased by outputs"),
+    E("has_kernel_for_dispatch_key", "torch._C", "_dispatch_has_kernel_for_dispatch_key",
+      "an out= overload is used only when it has a CPU kernel of its own"),
     E("elementwise_dtypes", "torch._prims_common", "elementwise_dtypes", "type promotion of pointwise ops"),
     E("ELEMENTWISE_TYPE_PROMOTION_KIND", "torch._prims_common", "ELEMENTWISE_TYPE_PROMOTION_KIND",
       "the promotion kind of each pointwise op"),

@@ -331,7 +331,7 @@ def out_variant(kernel):
     if "out" not in target.overloadpacket.overloads():
         return None
     out = target.overloadpacket.out
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(out.name(), "CPU"):
+    if not torch_compat.has_kernel_for_dispatch_key(out.name(), "CPU"):
         return None
     outs = [a.name for a in out._schema.arguments if a.is_out]
     same = [a.name for a in out._schema.arguments if not a.is_out] == [a.name for a in schema.arguments]

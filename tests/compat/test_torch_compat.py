@@ -281,6 +281,11 @@ def _check_is_alias_of(fn):
     assert fn(a[1:], a) is True and fn(torch.ones(4), a) is False
 
 
+def _check_has_kernel(fn):
+    # add.out has its own CPU kernel; convolution.out is generated (functional op + copy)
+    assert fn("aten::add.out", "CPU") is True and fn("aten::convolution.out", "CPU") is False
+
+
 def _check_elementwise_dtypes(fn):
     kind = torch_compat.ELEMENTWISE_TYPE_PROMOTION_KIND
     assert fn(torch.ones(2, dtype=torch.int32), 1.5, type_promotion_kind=kind.DEFAULT) == (torch.float32,) * 2
@@ -352,6 +357,7 @@ CHECKS = {
     "OpOverload": _check_op_overload, "OpOverloadPacket": _check_op_overload_packet,
     "HigherOrderOperator": _check_higher_order, "storage_use_count": _check_storage_use_count,
     "AutoDispatchBelowADInplaceOrView": _check_below_autograd, "is_alias_of": _check_is_alias_of,
+    "has_kernel_for_dispatch_key": _check_has_kernel,
     "elementwise_dtypes": _check_elementwise_dtypes, "ELEMENTWISE_TYPE_PROMOTION_KIND": _check_promotion_kind,
     "get_decompositions": _check_get_decompositions, "pytree": _check_pytree,
     # inductor_hooks
