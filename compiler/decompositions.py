@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch._decomp import get_decompositions
+
+from .torch_compat import get_decompositions
 
 aten = torch.ops.aten
 

@@ -37,6 +37,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
+from tdbg.compiler.torch_compat import pytree
 from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES
 
 VERDICTS = {
@@ -121,9 +122,8 @@ def _tdbg_compiler(backend, config, name, kind):
 
 def _inductor_compiler(backend, config, name, kind):
     def compile_one(gm, inputs):
-        from torch._inductor.compile_fx import compile_fx_inner
-
         from tdbg.minifier.runs.aot_capture import unboxed
+        from tdbg.minifier.runs.inductor_hooks import compile_fx_inner
         return unboxed(compile_fx_inner(gm, inputs, is_backward=kind == "backward", is_inference=kind == "inference"))
     return compile_one
 
@@ -260,7 +260,7 @@ def realized_graph(gm, nodes) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     remap: dict = {}
     out = graph.graph_copy(gm.graph, remap)
-    flat, _ = torch.utils._pytree.tree_flatten(out)
+    flat, _ = pytree.tree_flatten(out)
     graph.output(tuple(flat) + tuple(remap[n] for n in nodes))
     return torch.fx.GraphModule(gm, graph)
 
@@ -269,8 +269,7 @@ def _ensure_meta(gm, inputs):
     """node.meta["val"] (fake tensors) on every node, as compilers of aten graphs expect."""
     if all("val" in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
         return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from tdbg.compiler.torch_compat import FakeTensorMode, FakeTensorProp
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
                                          for x in _fresh(inputs)])
@@ -454,7 +453,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
 
 
 def _flat_outputs(gm) -> list:
-    return torch.utils._pytree.tree_flatten(next(n for n in gm.graph.nodes if n.op == "output").args[0])[0]
+    return pytree.tree_flatten(next(n for n in gm.graph.nodes if n.op == "output").args[0])[0]
 
 
 def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance) -> list:

@@ -36,12 +36,12 @@ def _is_tdbg(fn, name: str, kind: str) -> bool:
 def _is_torch_inductor(fn, name: str, kind: str) -> bool:
     if name == "torch:inductor":
         return True
-    import torch._dynamo
-    return fn is torch._dynamo.lookup_backend("inductor")
+    from tdbg.compiler.torch_compat import lookup_backend
+    return fn is lookup_backend("inductor")
 
 
 def _is_aot_autograd(fn, name: str, kind: str) -> bool:
-    from torch._dynamo.backends.common import AotAutograd
+    from tdbg.compiler.torch_compat import AotAutograd
     return isinstance(fn, AotAutograd)
 
 
@@ -62,21 +62,21 @@ def _graph_kind(kwargs: dict) -> str:
 
 def _inductor_capture(fn, hook, config):
     def inner(gm, inputs, **kwargs):
-        from torch._inductor.compile_fx import compile_fx_inner
+        from tdbg.minifier.runs.inductor_hooks import compile_fx_inner
         return boxed(hook(gm, inputs, _graph_kind(kwargs),
                           lambda g, i: unboxed(compile_fx_inner(g, i, **kwargs))))
 
     def backend(gm, example_inputs):
-        import torch._functorch.config
-        from torch._inductor.compile_fx import compile_fx
+        from tdbg.compiler.torch_compat import functorch_config
+        from tdbg.minifier.runs.inductor_hooks import compile_fx
         # a hit in AOTAutograd's cache would skip the inner compile, and with it the check
-        with torch._functorch.config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs, inner_compile=inner)
     return backend
 
 
 def _aot_autograd_capture(fn, hook, config):
-    from torch._dynamo.backends.common import AotAutograd
+    from tdbg.compiler.torch_compat import AotAutograd
     kwargs = dict(fn.kwargs)
     fw = kwargs["fw_compiler"]
 

@@ -90,7 +90,7 @@ def _caller_line() -> Optional[str]:
 
 
 def _current_frame_name() -> str:
-    from torch._dynamo.symbolic_convert import InstructionTranslator
+    from tdbg.compiler.torch_compat import InstructionTranslator
     try:
         return InstructionTranslator.current_tx().f_code.co_name
     except Exception:  # not inside a Dynamo translation (a backend called by hand)
@@ -145,14 +145,15 @@ class Session:
     @contextlib.contextmanager
     def install(self):
         import torch
-        import torch._dynamo
-        saved = (torch.compile, torch._dynamo.optimize)
+
+        from tdbg.compiler.torch_compat import dynamo
+        saved = (torch.compile, dynamo.optimize)
         self._optimize = saved[1]
-        torch.compile, torch._dynamo.optimize = self.compile, self.optimize
+        torch.compile, dynamo.optimize = self.compile, self.optimize
         try:
             yield self
         finally:
-            torch.compile, torch._dynamo.optimize = saved
+            torch.compile, dynamo.optimize = saved
 
     def compile(self, model=None, *, fullgraph: bool = False, dynamic=None, backend=None, mode=None,
                 options=None, disable: bool = False, **_ignored):
@@ -179,7 +180,7 @@ class Session:
         if self.function and not _frame_matches(frame, self.function):
             # Skipping the frame (not running its graph eagerly) lets Dynamo see the functions it
             # calls as frames of their own, so `--function inner` works when inner is inlined.
-            from torch._dynamo.exc import SkipFrame
+            from tdbg.compiler.torch_compat import SkipFrame
             if frame not in self.skipped_frames:
                 self.skipped_frames.append(frame)
             raise SkipFrame(f"tdbg --function {self.function}: frame {frame} not selected")
@@ -249,7 +250,8 @@ class Session:
         """Hooks on the outputs' autograd node: the status file and `backwards` say when this
         graph's backward runs, so a failure there is put on the right graph."""
         import torch
-        import torch.utils._pytree as pytree
+
+        from tdbg.compiler.torch_compat import pytree
         nodes = {id(t.grad_fn): t.grad_fn for t in pytree.tree_leaves(outputs)
                  if isinstance(t, torch.Tensor) and t.grad_fn is not None}
         if not nodes:

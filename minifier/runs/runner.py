@@ -28,9 +28,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from tdbg.compiler.torch_compat import RUN_WARM
+
 MAX_MESSAGE_LINES = 12
 # imported once by the warm servers of `zygote_pool`, before any run is forked
-ZYGOTE_WARM = ("torch", "torch._dynamo", "functorch.compile", "tdbg.minifier.runs.backends", "tdbg.minifier.runs.instrument",
+# (the torch internals among them: torch_compat.RUN_WARM, each checked by tests/compat)
+ZYGOTE_WARM = ("torch", *RUN_WARM, "tdbg.minifier.runs.backends", "tdbg.minifier.runs.instrument",
                "tdbg.minifier.runs.runner", "tdbg.compiler.lowering")
 TORCH_LOG_CHANNELS = ("dynamo", "aot", "graph_breaks", "recompiles", "guards", "graph_code", "bytecode")
 
@@ -281,8 +284,8 @@ def _child(spec: dict) -> dict:
     tdbg_config.set_default(cfg)
     script = spec["script"]
     if spec["torch_logs"]:
-        import torch._logging
-        torch._logging.set_logs(**spec["torch_logs"])
+        from tdbg.compiler.torch_compat import set_logs
+        set_logs(**spec["torch_logs"])
     backend_fn, kind, saver = None, "", None
     if spec.get("save_io") and repro:
         return _bad_input("--save-io cannot be combined with repro dumping (--repro-after, TDBG_REPRO_AFTER): "
@@ -467,13 +470,13 @@ def _script_tb(exc: BaseException):
 
 
 def _is_dynamo_error(chain) -> bool:
-    from torch._dynamo.exc import BackendCompilerFailed, TorchDynamoException
+    from tdbg.compiler.torch_compat import BackendCompilerFailed, TorchDynamoException
     return any(isinstance(e, TorchDynamoException) and not isinstance(e, BackendCompilerFailed) for e in chain)
 
 
 def _innermost(chain):
     """The exception that says what went wrong: Dynamo's wrappers name only the backend."""
-    from torch._dynamo.exc import BackendCompilerFailed
+    from tdbg.compiler.torch_compat import BackendCompilerFailed
     for e in chain:
         if isinstance(e, BackendCompilerFailed) and getattr(e, "inner_exception", None) is not None:
             return e.inner_exception
