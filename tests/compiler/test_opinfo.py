@@ -53,7 +53,7 @@ FAST_OPS = {
     "softmax": "lowered", "log_softmax": "lowered", "nn.functional.layer_norm": "lowered",
     "cat": "lowered", "permute": "lowered", "expand": "lowered", "select": "lowered",
     "nn.functional.pad.constant": "lowered", "gather": "lowered", "index_select": "lowered",
-    "mm": "fell_back", "bernoulli": "fell_back", "new_empty": "skipped",
+    "mm": "fell_back", "bernoulli": "lowered", "new_empty": "skipped",
 }
 
 
