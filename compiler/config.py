@@ -218,6 +218,7 @@ _ENV = {
     "TDBG_PARALLEL": ("parallel", _flag),
     "TDBG_VECTORIZE": ("vectorize", _flag),
     "TDBG_DECOMPOSE": ("decompose", _flag),
+    "TDBG_LAYOUT_OPTIMIZATION": ("layout_optimization", _flag),
     "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),
     "TDBG_FALLBACK_OPS": ("fallback_ops", lambda v: frozenset(filter(None, v.split(",")))),
     "TDBG_MAX_LOWERED_OPS": ("max_lowered_ops", int),

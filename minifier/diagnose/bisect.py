@@ -45,6 +45,7 @@ from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote
 # name, Config change that switches the subsystem off, what it is
 SUBSYSTEMS = (
     ("decompositions", {"decompose": False}, "tdbg's decompositions in AOTAutograd"),
+    ("layout", {"layout_optimization": False}, "channels_last layout planning of convolution graphs"),
     ("fusion", {"fusion": False}, "fusing nodes into one kernel"),
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),
     ("vectorization", {"vectorize": False}, "SIMD vectorized loops"),
