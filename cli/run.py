@@ -233,6 +233,10 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
         for g in graphs:
             for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
+            if g.get("draws_random"):
+                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} draws random numbers: they came from "
+                        "eager's generator while checking (fallback_random), so the backend's own random-number "
+                        "code was not compared")
         _debug_line(verdict)
         _save_io_lines(verdict)
         return

@@ -236,6 +236,8 @@ class Session:
             info["checked"] = True
             info["checked_calls"] = info.get("checked_calls", 0) + 1
         info["grads_checked"] = info.get("grads_checked", 0) + int(result.grads_checked)
+        if result.draws_random:
+            info["draws_random"] = True
         if result.unchecked:
             info.setdefault("unchecked", []).append({"call": call, "reason": result.unchecked[:300]})
         for part, found in (("forward", result.forward), ("backward", result.backward)):

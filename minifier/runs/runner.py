@@ -66,6 +66,23 @@ class RunRequest:
     save_io_profile: bool = False
 
 
+def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
+    """Whether this run compares compiled graphs with eager: accuracy checks, level-4 dumps, or
+    saved eager/compiled outputs (which replay, diff and compare judge later)."""
+    return bool(spec["check_accuracy"] or spec.get("save_io") or (repro or {}).get("level") == 4)
+
+
+def _eager_random_numbers(cfg, backend: Optional[str]):
+    """`cfg` with random ops drawing eager's stream, and torch:inductor told the same: eager and
+    the compiled graph run from one generator state, and only the same stream can be compared
+    (PyTorch's accuracy minifier sets Inductor's fallback_random for the same reason). The run says
+    so for every checked graph that draws random numbers."""
+    if backend and backend.split(":", 1)[0] == "torch" and backend.split(":", 1)[1] == "inductor":
+        from tdbg.minifier.runs.inductor_hooks import inductor_config
+        inductor_config.fallback_random = True
+    return cfg.replace(fallback_random=True)
+
+
 def check_script(path: str) -> Optional[str]:
     """A one-paragraph problem with `path` as a Python script, or None when it can be run."""
     if not os.path.exists(path):
@@ -281,6 +298,8 @@ def _child(spec: dict) -> dict:
         repro = spec["repro"] or (_repro_from_env(tdbg_config) if spec["repro_from_env"] else None)
     except ValueError as e:
         return _bad_input(f"bad tdbg configuration: {e}")
+    if _compares_with_eager(spec, repro):
+        cfg = _eager_random_numbers(cfg, spec["backend"])
     tdbg_config.set_default(cfg)
     script = spec["script"]
     if spec["torch_logs"]:

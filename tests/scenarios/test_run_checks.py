@@ -20,6 +20,7 @@ RUNS = {
     "backward_kernel": (("run", f"{S}/train_mlp.py"), {"TDBG_INJECT_BUG": "le:runtime_error"}),
     "random_graph": (("run", f"{S}/noisy_relu.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
                       "--check-accuracy"), {}),
+    "dropout_tdbg": (("run", f"{S}/dropout_mlp.py", "--check-accuracy"), {}),
 }
 THIRD_CALL_LINE = f"{S}/third_call.py:6 in f: return torch.relu(x) * 2 + 1"
 MLP_CALL_LINE = f"{S}/train_mlp.py:12 in <module>: loss = torch.nn.functional.cross_entropy(step(x), target)"
@@ -111,3 +112,14 @@ def test_a_graph_that_draws_random_numbers_is_not_excused_by_a_float64_reference
     err = r.json["verdict"]["error"]
     assert (err["graph"], err["call"], err["part"]) == (0, 1, "forward")
     assert "This graph draws random numbers" in err["message"]
+
+
+def test_dropout_under_tdbg_is_checked_on_eager_random_numbers_and_says_so(runs):
+    """tdbg draws dropout masks in its kernels (not eager's stream): the check makes both draw
+    eager's (fallback_random), passes the healthy graph, and says what it did not compare."""
+    r = runs("dropout_tdbg")
+    assert r.code == 0, r.output
+    [graph] = r.json["verdict"]["graphs"]
+    assert graph["draws_random"] and graph["grads_checked"] == 1
+    assert ("not checked: graph 0 draws random numbers: they came from eager's generator while checking "
+            "(fallback_random), so the backend's own random-number code was not compared") in r.stdout
