@@ -20,9 +20,9 @@ from typing import Callable
 import sympy
 import torch
 import torch.fx
-from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
 
-from . import ir, ops as optable
+from . import ir, ops as optable, torch_compat
+from .torch_compat import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes, pytree
 from .errors import LoweringError
 from .trace import get_logger
 from .ir import (ComputedBuffer, ExternBuffer, ExternKernel, FixedLayout, InputBuffer, IRNode,
@@ -64,7 +64,7 @@ def register_lowering(*targets):
 
 
 def _overloads(t):
-    if isinstance(t, torch._ops.OpOverloadPacket):
+    if isinstance(t, torch_compat.OpOverloadPacket):
         return [getattr(t, o) for o in t.overloads()]
     return [t]
 
@@ -199,8 +199,8 @@ class GraphLowering(torch.fx.Interpreter):
         return self.fallback(node, args, kwargs)
 
     def output(self, target, args, kwargs):
-        flat, spec = torch.utils._pytree.tree_flatten(args[0])
-        nodes = torch.utils._pytree.tree_flatten(self.current_node.args[0])[0]
+        flat, spec = pytree.tree_flatten(args[0])
+        nodes = pytree.tree_flatten(self.current_node.args[0])[0]
         for value, fx in zip(flat, nodes):
             if isinstance(value, (StorageBox, View)) or (isinstance(value, IRNode) and value.storage() is None):
                 value = self.realize(value, self._output_stride(fx) if isinstance(fx, torch.fx.Node) else None)
@@ -267,9 +267,9 @@ class GraphLowering(torch.fx.Interpreter):
             if isinstance(x, IRNode):
                 return self.realize(x)
             return x
-        args = torch.utils._pytree.tree_map(ref, args)
-        kwargs = torch.utils._pytree.tree_map(ref, kwargs)
-        inputs = [x for x in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(x, IRNode)]
+        args = pytree.tree_map(ref, args)
+        kwargs = pytree.tree_map(ref, kwargs)
+        inputs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, IRNode)]
         kernel = ExternKernel(self.new_name(), node.target, args, kwargs, node, inputs)
         if mutating:
             kernel.mutated = [_storage_buffer(a) for a, arg in zip(args, node.target._schema.arguments)
@@ -306,7 +306,7 @@ def _unique(seq):
 
 def _tensors_of(node):
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    return [t for t in torch.utils._pytree.tree_leaves(vals) if isinstance(t, torch.Tensor)]
+    return [t for t in pytree.tree_leaves(vals) if isinstance(t, torch.Tensor)]
 
 
 def _inject(fn, kind, node):
@@ -505,7 +505,7 @@ def lower_view(g, node, x, *args, **kwargs):
             out = node.target(m, *args, **kwargs)
         except RuntimeError:
             out = None
-        if out is not None and torch._C._is_alias_of(out, m):
+        if out is not None and torch_compat.is_alias_of(out, m):
             return ReinterpretView(buf, FixedLayout(tuple(out.shape), tuple(out.stride()), layout.dtype,
                                                     out.storage_offset()))
     if reindex is None:
@@ -609,3 +609,4 @@ def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
 
 # Importing the reduction lowerings registers them in LOWERINGS.
 from . import lowering_reductions  # noqa: E402,F401
+from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)
