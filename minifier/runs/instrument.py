@@ -341,8 +341,17 @@ def typed_error(exc: BaseException) -> Optional[TdbgError]:
     return next((e for e in exception_chain(exc) if isinstance(e, TdbgError)), None)
 
 
+def _torch_lacks_internal(exc: BaseException) -> bool:
+    """A torch internal tdbg relies on is missing (torch_compat): tdbg's fault with this torch,
+    never the user's graph's, so no stage of the user's program is blamed."""
+    from tdbg.compiler.torch_compat import TorchCompatError
+    return any(isinstance(e, TorchCompatError) for e in exception_chain(exc))
+
+
 def compile_stage(exc: BaseException, backend_kind: str) -> str:
     """The stage a backend compile failure belongs to."""
+    if _torch_lacks_internal(exc):
+        return "internal"
     typed = typed_error(exc)
     if typed is not None:
         return typed.stage
@@ -357,6 +366,8 @@ def compile_stage(exc: BaseException, backend_kind: str) -> str:
 
 
 def runtime_stage(exc: BaseException) -> str:
+    if _torch_lacks_internal(exc):
+        return "internal"
     typed = typed_error(exc)
     return typed.stage if typed is not None else "backend"
 

@@ -500,3 +500,19 @@ def test_runtime_internals_are_covered():
                       "torch._subclasses.fake_tensor.FakeTensorMode",
                       "torch.fx.passes.fake_tensor_prop.FakeTensorProp", "torch._inductor.compile_fx.compile_fx_inner"}
     assert leaves <= targets
+
+
+def test_a_missing_torch_internal_is_tdbg_s_failure_never_a_stage_of_the_user_s_program():
+    """A backend failing because this torch lacks an internal must not be blamed on a compile
+    stage or the user's backend (bisect would then hunt a culprit in a healthy graph)."""
+    from tdbg.minifier.runs.instrument import compile_stage, runtime_stage
+    missing = TorchCompatError("tdbg needs torch._dynamo.x (why); this torch 2.99 lacks it.")
+    try:
+        try:
+            raise missing
+        except TorchCompatError as cause:
+            raise RuntimeError("backend='tdbg' raised") from cause
+    except RuntimeError as wrapped:
+        assert [compile_stage(wrapped, kind) for kind in ("inductor", "aot_eager", "backend")] == ["internal"] * 3
+        assert runtime_stage(wrapped) == "internal"
+    assert runtime_stage(RuntimeError("the user's own bug")) == "backend"
