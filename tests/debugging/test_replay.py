@@ -78,7 +78,9 @@ def test_unknown_graph_name_is_bad_input(saved_runs):
 def test_replay_uses_the_recorded_config_so_an_injected_run_replays_its_bug(saved_runs):
     _, folder = saved_runs("injected")     # saved under TDBG_INJECT_BUG; this process has none
     result = replay(load_graph(folder, "g0_forward_c1"))
-    assert result.stage == "accuracy" and result.config == {"inject_bug": ["sigmoid", "accuracy"]}
+    # a run that saves eager outputs draws eager's random numbers (fallback_random), and replays so
+    assert result.stage == "accuracy" and result.config == {"inject_bug": ["sigmoid", "accuracy"],
+                                                           "fallback_random": True}
     assert replay(load_graph(folder, "g0_forward_c1"), "eager").max_abs_error == 0.0
 
 
