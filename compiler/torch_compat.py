@@ -10,7 +10,7 @@ Contract:
   no torch, so `tdbg --help` and the torch-free parents of runs stay torch-free.
 - A name torch no longer has raises `TorchCompatError` ("tdbg needs torch.X.Y (why); this torch
   2.N lacks it"), an ImportError, so it reads like the failed import it replaces.
-- Inductor's hooks are NOT here: tdbg's compiler never imports torch._inductor. They live in
+- Inductor's hooks are NOT here: tdbg's compiler never imports Inductor. They live in
   minifier/runs/inductor_hooks.py, a second `Table` built with the same machinery.
 - Public torch APIs (torch.compiler.reset, torch.compiler.list_backends, torch.fx, torch.ops) are
   used directly and are not listed.
