@@ -65,12 +65,23 @@ def load_inputs(rows, folder):
             raise CannotRun(f"input {name}: {path} does not match its SHA-256 name (the file was changed)")
         kind = getattr(torch, dtype)
         flat = torch.frombuffer(bytearray(data), dtype=kind).clone() if data else torch.empty(0, dtype=kind)
-        t = flat.reshape(shape)
-        if tuple(t.stride()) != tuple(stride) and t.numel() > 0:
-            t = torch.empty_strided(shape, stride, dtype=kind).copy_(t)
+        t = with_strides(flat.reshape(shape), stride)
         values.append(t.requires_grad_(True) if requires_grad and t.is_floating_point() else t)
     return values
 
+
+
+def with_strides(t, stride):
+    """`t` (contiguous) laid out with `stride`. Dims of stride 0 (an expanded tensor: its elements
+    share memory, so nothing can be copied into that layout) are rebuilt by expanding one slice."""
+    stride = tuple(stride)
+    if not stride or tuple(t.stride()) == stride or t.numel() == 0:
+        return t
+    expanded = [d for d, (n, s) in enumerate(zip(t.shape, stride)) if s == 0 and n > 1]
+    if expanded:
+        base = t[tuple(slice(0, 1) if d in expanded else slice(None) for d in range(t.dim()))]
+        return with_strides(base.contiguous(), stride).expand(t.shape)
+    return torch.empty_strided(tuple(t.shape), stride, dtype=t.dtype).copy_(t)
 
 def fresh(inputs):
     """Copies of the inputs, so no run sees another's in-place changes."""

@@ -70,9 +70,8 @@ def tensor_from_bytes(data: bytes, spec: InputSpec) -> torch.Tensor:
     dtype = dtype_from_str(spec.dtype)
     flat = (torch.frombuffer(bytearray(data), dtype=dtype).clone() if data
             else torch.empty(0, dtype=dtype))
-    t = flat.reshape(spec.shape)
-    if spec.stride and tuple(t.stride()) != tuple(spec.stride) and t.numel() > 0:
-        t = torch.empty_strided(spec.shape, spec.stride, dtype=dtype).copy_(t)
+    from tdbg.repro_templates.runtime import with_strides
+    t = with_strides(flat.reshape(spec.shape), spec.stride)
     return t.requires_grad_(spec.requires_grad) if spec.requires_grad else t
 
 

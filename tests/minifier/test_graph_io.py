@@ -1,6 +1,7 @@
 """Graphs as source and inputs as content-hashed bytes."""
 import hashlib
 
+import pytest
 import torch
 import torch.fx as fx
 
@@ -111,3 +112,19 @@ def test_inputs_with_equal_bytes_but_other_dtype_shape_or_strides_stay_apart(tmp
             [(v.dtype, tuple(v.shape), v.stride()) for v in values]
         assert all(torch.equal(g, v) for g, v in zip(got, values))
     assert len({s.sha for s in specs[:3]}) == 1 and len({s.key for s in specs}) == 5
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(16).reshape(1, 16).expand(2, 16),          # BERT's token-type ids buffer
+    lambda: torch.randn(3, 1, 4).expand(3, 5, 4),                   # stride 0 in the middle
+    lambda: torch.randn(4, 6).t(),                                  # no stride 0: copied as before
+    lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+])
+def test_tensors_come_back_with_their_strides_even_expanded_ones(make):
+    """An expanded tensor (stride 0: elements share memory) cannot be copied into its layout; it
+    is rebuilt from one slice. It made `tdbg compare` of a transformers BERT exit 3 ("does not
+    describe"), and a repro with such an input could not run."""
+    from tdbg.minifier.artifacts.graph_io import tensor_bytes, tensor_from_bytes
+    x = make()
+    back = tensor_from_bytes(tensor_bytes(x), InputSpec("x", "", tuple(x.shape), tuple(x.stride()), str(x.dtype)))
+    assert back.stride() == x.stride() and torch.equal(back, x)
