@@ -64,8 +64,8 @@ def _exit(result: dict) -> int:
     verdict = result["verdict"]
     if verdict["level"] == "none":
         return exit_code("not_reproduced")
-    if verdict["level"] == "unreachable":
-        return exit_code("bad_input")
+    if verdict["level"] == "unreachable":   # bad input, or tdbg's own failure (internal)
+        return exit_code("internal" if verdict["stage"] == "internal" else "bad_input")
     if verdict["level"] == "script":
         return common.stage_exit_code({"status": "failed", "stage": "script",
                                        "exit_code": (result["reference"] or {}).get("exit_code")}) \

@@ -201,7 +201,9 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     backend = result["first_failing_backend"]
     prober.base = reference   # its config is every run's config before the probe's changes
     result["reproduce"] = reproduce(prober, backend, {})
-    if failing.get("stage") == "bad_input":
+    # bad input, or tdbg itself failing (e.g. this torch lacks an internal it needs): no culprit
+    # in the user's program can be hunted from that
+    if failing.get("stage") in ("bad_input", "internal"):
         result["verdict"] = _unreachable(chain, backend, failing)
     elif backend == "inductor":
         _into_compiler(prober, failing, result, jobs)
@@ -216,7 +218,7 @@ def _unreachable(chain: tuple, backend: str, failing: dict) -> dict:
     message = _first((failing.get("error") or {}).get("message"))
     later = chain[chain.index(backend) + 1:]
     rest = f"; nothing is known about {', '.join(later)}" if later else ""
-    return {"level": "unreachable", "stage": "bad_input",
+    return {"level": "unreachable", "stage": failing.get("stage"),
             "summary": f"could not run backend {backend} of the chain ({message}){rest}"}
 
 

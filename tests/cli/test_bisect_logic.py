@@ -2,6 +2,7 @@
 counted-application bisection for lowered ops and fusions, verdict and reproduction command."""
 import pytest
 
+from tdbg.cli.bisect import _exit as bisect_exit
 from tdbg.minifier.diagnose import bisect as B
 
 DEFAULT = {"fusion": True, "decompose": True, "parallel": True, "vectorize": True, "fallback_random": False,
@@ -206,6 +207,21 @@ def test_chain_that_cannot_reach_the_backend_says_so(tmp_path):
     result = B._bisect(prober, 1, "torch:nope")
     assert result["verdict"] == {"level": "unreachable", "stage": "bad_input", "summary":
                                  "could not run backend torch:nope of the chain (unknown backend 'torch:nope': ...)"}
+
+
+def test_tdbg_failing_itself_stops_the_bisection_instead_of_hunting_a_culprit(tmp_path):
+    """A probe whose failure is tdbg's own (stage internal: e.g. this torch lacks an internal tdbg
+    needs) says so; bisecting compiler subsystems from it would name a culprit in a healthy graph."""
+    prober = FakeTorchProber(tmp_path)
+    message = "tdbg needs torch._dynamo.x (why); this torch 2.99 lacks it."
+    prober.run = lambda label, backend, changes=None, env=None: (
+        {"status": "ok", "compile_calls": 1} if backend in (None, "eager", "aot_eager") else
+        {"status": "failed", "stage": "internal", "error": {"message": message}})
+    result = B._bisect(prober, 1, "inductor")
+    assert result["verdict"] == {"level": "unreachable", "stage": "internal",
+                                 "summary": f"could not run backend inductor of the chain ({message})"}
+    assert "subsystems" not in result or not result["subsystems"]
+    assert bisect_exit(result) == 70
 
 
 def test_a_layer_failing_before_the_chosen_backend_says_the_backend_did_not_run():
