@@ -31,9 +31,11 @@ import re
 from dataclasses import dataclass, field
 
 FX_FILE, IR_FILE, CPP_FILE = "fx_graph_readable.py", "ir.txt", "kernels.cpp"
+PROVENANCE_FILE = "provenance.json"
+# the comment codegen writes above each FX node's C++ (the HTML report reads older folders by it)
+FX_COMMENT = re.compile(r"^\s*// FX: (?P<node>[A-Za-z_]\w*) = ")
 
 _FX_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)(?:\s*:\s*\"[^\"]*\")?\s*=\s")
-_FX_COMMENT = re.compile(r"^\s*// FX: ([A-Za-z_]\w*) = ")
 _ACC = re.compile(r"\b(acc\d+)")
 _DEF = re.compile(r"^[\w:<> ]+\s(tmp\d+) = ")
 _STORE = re.compile(r"^[\w\[\]()+*/%\s-]+ = (tmp\d+);$")
@@ -258,7 +260,7 @@ def cpp_text(items, kernels) -> _Text:
             if owners[i] is not None:
                 continue
             stripped = line.strip()
-            m = _FX_COMMENT.match(line)
+            m = FX_COMMENT.match(line)
             if m:
                 owners[i] = m.group(1)
             elif stripped in k.line_origins:

@@ -195,7 +195,7 @@ def _write_provenance(c) -> None:
         prov = provenance.build(c, f.read())
     c.trace.write(provenance.IR_FILE, prov.ir_text)
     c.trace.write(provenance.CPP_FILE, prov.cpp_text)
-    c.trace.write_json("provenance.json", prov.document())
+    c.trace.write_json(provenance.PROVENANCE_FILE, prov.document())
 
 
 def _emit_structured(c, failed_stage) -> None:

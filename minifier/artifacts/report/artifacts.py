@@ -24,9 +24,10 @@ import os
 import re
 from typing import Optional
 
-PROVENANCE_FILE = "provenance.json"
+from tdbg.compiler.provenance import FX_COMMENT, FX_FILE, PROVENANCE_FILE
+
 # pane -> files that hold it, first found wins (the derivation reads these too)
-PANE_FILES = {"fx": ("fx_graph_readable.py", "fx_graph_transformed.py"),
+PANE_FILES = {"fx": (FX_FILE, "fx_graph_transformed.py"),
               "ir": ("ir_post_fusion.txt", "ir_pre_fusion.txt"),
               "cpp": ("output_code.py",)}
 GRAPH_DIR = re.compile(r"^(?P<model>.+)__(?P<index>\d+)_(?P<kind>[a-z]+)_(?P<aot>\d+)(?:\.\d+)?$")
@@ -37,7 +38,6 @@ _ATEN_OP = re.compile(r"(?:torch\.ops\.)?(?:aten|prims)\.(?P<op>\w+)\.")
 _IR_ORIGINS = re.compile(r"^\s*origins: \[(?P<names>.*)\]\s*$")
 _IR_BUFFER = re.compile(r"^\s*(?:group \d+:|buf\d+: )")
 _IR_CALL = re.compile(r"=\s*(?P<op>\w+)\(")
-_CPP_FX = re.compile(r"^\s*// FX: (?P<node>[A-Za-z_]\w*) = ")
 _CPP_KERNEL = re.compile(r"^\s*'(?P<name>[A-Za-z_]\w*)': r'''")
 _CPP_END = re.compile(r"^'''")
 
@@ -203,7 +203,7 @@ def _derive_cpp(lines: list, nodes: dict) -> None:
         if _CPP_END.match(line):
             kernel, current = None, None
             continue
-        fx = _CPP_FX.match(line)
+        fx = FX_COMMENT.match(line)
         if fx and kernel:
             current = nodes.setdefault(fx["node"], _empty())
             current["kernel"] = current["kernel"] or kernel
