@@ -229,6 +229,21 @@ class GraphLowering(torch.fx.Interpreter):
         """Will `user` be lowered (and so read a lazy input through its loader)?"""
         return user.op == "call_function" and user.target is not operator.getitem and self.should_lower(user)
 
+    def _users_through_views(self, node) -> list:
+        """The nodes that read `node`'s values, looking through the lowered view ops in between:
+        a view of a lazy value is an index remap over it (no storage), so each reader of the view
+        would recompute the value (and an aten reader would copy it out) unless the value itself
+        is realized once. A view that is a graph output counts as a reader of its own; a node
+        reached through two paths counts twice (it would read the value at two indices)."""
+        users = []
+        for user in node.users:
+            if (user.op == "call_function" and getattr(user.target, "overloadpacket", None) in VIEW_REINDEX
+                    and user not in self.output_nodes and self.should_lower(user)):
+                users += self._users_through_views(user)
+            else:
+                users.append(user)
+        return users
+
     def _after_lowering(self, node, result):
         if not isinstance(result, StorageBox):
             return result
@@ -236,7 +251,7 @@ class GraphLowering(torch.fx.Interpreter):
         bug = self.config.inject_bug
         if bug is not None and optable.op_matches(bug[0], node.target):
             result.data.inner_fn = _inject(result.data.inner_fn, bug[1], node)
-        users = list(node.users)
+        users = self._users_through_views(node)
         keep_lazy = (len(users) == 1 and self._user_inlines(users[0]) and node not in self.output_nodes
                      and len(result.data.origins) < self.config.max_fusion_size)
         fusion = take_fusion(self.config) if keep_lazy else None

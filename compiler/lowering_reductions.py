@@ -1,5 +1,7 @@
 """Reduction lowerings: sum/prod/amax/amin/argmax/argmin/any/all, max/min with indices, mean,
-var and var_mean, each registered in lowering.LOWERINGS like every other lowering.
+var and var_mean, and the accumulating scatter of the embedding gradient
+(_unsafe_masked_index_put_accumulate), each registered in lowering.LOWERINGS like every other
+lowering.
 
 Imported at the end of lowering.py so the table is complete whenever lowering is imported.
 """
@@ -11,8 +13,8 @@ import sympy
 import torch
 
 from . import ir, ops as optable
-from .ir import Reduction, View
-from .lowering import _inject, _out, register_lowering, with_origin
+from .ir import ComputedBuffer, ExternKernel, Reduction, StorageBox, View
+from .lowering import _inject, _out, operand, register_lowering, with_origin
 
 aten = torch.ops.aten
 
@@ -137,3 +139,36 @@ def lower_var_mean(g, node, x, dim=None, *, correction=None, keepdim=False):
     mean = g.pointwise(node, size, out_dtype, lambda ops, i: ml(ops, i))
     g.realize(mean)
     return (var, mean)
+
+
+@register_lowering(aten._unsafe_masked_index_put_accumulate)
+def lower_masked_index_put_accumulate(g, node, x, mask, indices, values):
+    """The embedding gradient's scatter (embedding_dense_backward decomposes to a zero-filled
+    [vocab, hidden] buffer and this op). aten's op clones `x` (a whole extra read and write of
+    94 MB for BERT) before it accumulates; when `x` is a value this graph computes and only this
+    node reads (the zero fill), it is realized into a buffer of its own and accumulated into in
+    place: `index_put_(buffer, clamped indices, where(mask, values, 0), accumulate=True)`, an
+    aten call that mutates the buffer (what aten's op computes, without the copy). Otherwise
+    (an input, a view, a value read elsewhere) the op runs through aten as before."""
+    src = node.args[0]
+    if (len(src.users) != 1 or src in g.output_nodes or any(i is None for i in indices)
+            or not (isinstance(x, StorageBox) or isinstance(x, ComputedBuffer)) or not len(x.size)):
+        raise NotImplementedError("accumulates into a value read elsewhere: aten copies it")
+    buf = g.realize(x)
+    size, dtype = tuple(values.size), x.dtype
+    keep = operand(mask, size, torch.bool)
+    vl = operand(values, size, dtype)
+    masked = g.realize(g.pointwise(node, size, dtype, lambda ops, i: ops.where(
+        keep(ops, i), vl(ops, i), ops.constant(0, dtype)), (mask, values)))
+    clamped = []
+    for d, ix in enumerate(indices):
+        il, n = ix.make_loader(), int(x.size[d])
+        # aten's op clamps indices into range (masked-off rows may hold any index)
+        clamped.append(g.realize(g.pointwise(node, ix.size, torch.int64, lambda ops, i, il=il, n=n: ops.minimum(
+            ops.maximum(ops.to_dtype(il(ops, i), torch.int64), ops.constant(-n, torch.int64)),
+            ops.constant(n - 1, torch.int64)), (ix,))))
+    kernel = ExternKernel(g.new_name(), aten.index_put_.default, (buf, clamped, masked, True), {}, node,
+                          [buf, *clamped, masked])
+    kernel.mutated = [buf]
+    g.operations.append(kernel)
+    return buf

@@ -186,7 +186,22 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
     for name in shared:
         if any(idx != inside[name].store_index for idx in node.reads[name]):
             return None, node
+    if not shared and _breaks_loops(group, node):
+        log.info("not fusing %s into %s: unrelated (no shared reads) and it would change the "
+                 "group's loops (an inner loop beside a reduction)", node.name, group.writes)
+        return None, node
     return ("vertical" if shared else "horizontal"), node
+
+
+def _breaks_loops(group, node) -> bool:
+    """A horizontal (nothing shared) fusion of `node` would mix an inner-split pointwise with a
+    reduction: the group then loses its reduction's loop order (plan_lanes runs no chunked outer
+    reduction beside an inner loop: x.sum(0) would read its input column by column) and gains
+    nothing, since the two share no reads. E.g. a [30522, 768] zero-fill beside the column sum
+    of a [128, 30522] buffer."""
+    if node.inner:
+        return any(n.is_reduction for n in group.nodes)
+    return node.is_reduction and any(n.inner for n in group.nodes)
 
 
 def schedule(operations, graph_outputs, config):
