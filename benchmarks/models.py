@@ -25,6 +25,7 @@ per mode, against issue 10's goals. `transformers` is the optional extra `.[benc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import math
@@ -44,6 +45,8 @@ from workloads import Workload  # noqa: E402
 JSON_SCHEMA = "tdbg.models"
 MODES = ("inference", "training")
 SGD_LR = 1e-3
+# the tensor-level gradient rule (gradient_mismatches): error norm vs float64 at most this times eager's
+GRAD_NORM_MULTIPLIER = 2.0
 SEED = 0
 # issue 10's goals for tdbg: (summary key, target); time ratios are geomeans over the zoo
 GOALS = (("inference time / inductor", 0.9), ("training time / inductor", 1.0),
@@ -200,12 +203,6 @@ def build(zm: ZooModel, tiny: bool, shapes: Optional[dict] = None, training: boo
 
 # ---------------------------------------------------------------- measuring
 
-def run_inference(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
-    """The harness's `run_workload` on the model's eval-mode logits."""
-    workload = Workload(zm.name, zm.description, lambda quick: build(zm, quick, shapes))
-    return harness.run_workload(workload, backends, settings)
-
-
 def gradients(net, inputs) -> tuple:
     """(loss, {parameter name: gradient}) of one forward+backward of `net` (a `Loss`), grads freed."""
     with torch.enable_grad():
@@ -239,10 +236,54 @@ def training_step(runner, params: list, inputs: list):
     return step
 
 
-def check_training(cell: Cell, spec: str, initial, inputs: list, expected: tuple, reference):
+def gradient_mismatches(expected: tuple, actual: tuple, reference: Optional[tuple]) -> list:
+    """The zoo's check of a first training step: `compare`'s mismatches of (loss, {name: gradient})
+    against eager's with the float64 reference, less the gradients that pass the tensor-level rule.
+
+    `compare` judges a tensor by its worst element (within tolerance of eager, or its largest error
+    against float64 at most twice eager's largest). BatchNorm-training gradients of a small batch
+    are ill-conditioned: every element is a sum whose terms cancel, so where eager's error lands
+    is luck, element by element. The tensor-level rule: a gradient that `compare` flags still
+    passes when its error norm against float64 is at most GRAD_NORM_MULTIPLIER times eager's
+    error norm, ||actual - ref||_2 <= k * ||eager - ref||_2 + atol (the dtype's atol, once, not
+    per element: one wrong element of a big tensor is not diluted). The loss, and every gradient
+    without a float64 reference, keep `compare`'s verdict. What it cannot see: a wrong element
+    or channel whose whole error is below k times eager's whole error norm (in MobileNetV2's
+    first layers at batch 2, eager's own error norm is ~0.15% of the gradient's norm)."""
+    from tdbg.minifier.diagnose.accuracy import TOLERANCES, compare
+    found = compare(expected, actual, reference)
+    if reference is None:
+        return found
+    kept = []
+    for m in found:
+        name = _grad_name(m.output)
+        e, a, r = (expected[1].get(name), actual[1].get(name), reference[1].get(name)) if name else (None,) * 3
+        if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (e, a, r)) \
+                or not (e.shape == a.shape == r.shape):
+            kept.append(m)
+            continue
+        r64 = r.detach().double()
+        err, eager_err = float((a.double() - r64).norm()), float((e.double() - r64).norm())
+        atol = TOLERANCES.get(e.dtype, (1e-5, 1e-5))[1]
+        if math.isfinite(err) and err <= GRAD_NORM_MULTIPLIER * eager_err + atol:
+            continue
+        kept.append(dataclasses.replace(m, message=f"{m.message}; error norm {err:.3g} = "
+                                        f"{err / eager_err if eager_err else math.inf:.1f}x eager's {eager_err:.3g} "
+                                        f"(tensor rule <= {GRAD_NORM_MULTIPLIER:g}x)"))
+    return kept
+
+
+def _grad_name(path: str) -> Optional[str]:
+    """The parameter name in a `compare` path "out[1]['name']"; None for the loss ("out[0]")."""
+    head = "out[1]['"
+    return path[len(head):-2] if path.startswith(head) and path.endswith("']") else None
+
+
+def check_training(cell: Cell, spec: str, initial, inputs: list, expected: Optional[tuple], reference):
     """Build `spec`'s own copy of the initial model, run its first step (cold) and a warm one;
-    compare the first step's loss and gradients with eager's. Returns the step when it passed."""
-    from tdbg.minifier.diagnose.accuracy import compare
+    compare the first step's loss and gradients with `expected` (`gradient_mismatches`; None:
+    this run is eager's, the one the others are compared with). Returns (step, warm step seconds,
+    (loss, gradients)) when it passed, else None."""
     from tdbg.minifier.diagnose.profiling import timed
     net = copy.deepcopy(initial)
     params = dict(net.named_parameters())
@@ -255,45 +296,92 @@ def check_training(cell: Cell, spec: str, initial, inputs: list, expected: tuple
         cell.status, cell.error = "failed", harness.describe(e)
         return None
     cell.compile_s = max(0.0, cell.first_call_s - warm) if spec != "eager" else 0.0
+    if expected is None:
+        return step, warm, (loss, grads)
     if sorted(grads) != sorted(expected[1]):
         missing = sorted(set(expected[1]) ^ set(grads))
         cell.status, cell.error = "mismatch", f"gradients present for different parameters: {missing[:3]}"
         return None
-    mismatches = compare(expected, (loss, grads), reference)
+    mismatches = gradient_mismatches(expected, (loss, grads), reference)
     if mismatches:
         cell.status, cell.mismatches = "mismatch", [m.to_dict() for m in mismatches]
         cell.error = f"{len(mismatches)} wrong, first {mismatches[0].output}: {mismatches[0].message}"
         return None
-    return step
+    return step, warm, (loss, grads)
 
 
-def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict) -> list:
-    """Training-step cells, one per backend, measured like the harness's inference rows."""
-    from tdbg.minifier.diagnose.profiling import alternate, median, timed
-    initial, inputs = build(zm, settings.quick, shapes, training=True)
-    expected = gradients(copy.deepcopy(initial), inputs)
-    reference = fp64_gradients(initial, inputs)
-    cells, steps = [], {}
-    for spec in backends:
-        cell = Cell(zm.name, spec)
-        cells.append(cell)
-        step = check_training(cell, spec, initial, inputs, expected, reference)
-        if step is not None:
-            steps[spec] = harness._guarded(cell, step)
-    for step in steps.values():
-        for _ in range(settings.warmup):
-            step()
-    calibrate = steps.get("eager") or next(iter(steps.values()), None)
-    number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7))) if calibrate else 1
-    samples = alternate(steps, settings.repeat, number)
-    for cell in cells:
+class Phases(dict):
+    """Wall and CPU seconds per phase of one model's run: `with phases("build"): ...`."""
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self[name] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {v['wall_s']:.1f}" for k, v in self.items())
+
+
+def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
+                 phases: Optional[Phases] = None) -> list:
+    """Training-step cells, one per backend, measured like the harness's inference rows.
+
+    Eager's own checked step (when eager is a backend) gives the loss and gradients the others
+    are compared with, and the checks' warm steps count as the first warm-up step and set the
+    calls per timed run: no step is run only to be thrown away."""
+    from tdbg.minifier.diagnose.profiling import alternate, median
+    phases = Phases() if phases is None else phases
+    with phases("build"):
+        initial, inputs = build(zm, settings.quick, shapes, training=True)
+    with phases("float64 reference"):
+        reference = fp64_gradients(initial, inputs)
+    expected = None
+    if "eager" not in backends:
+        with phases("eager reference"):
+            expected = gradients(copy.deepcopy(initial), inputs)
+    cells = {spec: Cell(zm.name, spec) for spec in backends}
+    steps, warm = {}, {}
+    # eager first: its step is the reference the compiled backends are checked against
+    for spec in sorted(backends, key=lambda b: b != "eager"):
+        if spec != "eager" and expected is None:
+            cells[spec].status, cells[spec].error = "failed", "no reference: eager's own step failed"
+            continue
+        with phases(f"check {spec}"):
+            checked = check_training(cells[spec], spec, initial, inputs, None if spec == "eager" else expected,
+                                     reference)
+        if checked is None:
+            continue
+        step, warm[spec], result = checked
+        expected = result if spec == "eager" else expected
+        steps[spec] = harness._guarded(cells[spec], step)
+    with phases("warm-up"):
+        for step in steps.values():
+            for _ in range(settings.warmup - 1):
+                step()
+    calibrate = warm.get("eager") or next(iter(warm.values()), None)
+    number = max(1, math.ceil(settings.run_seconds / max(calibrate, 1e-7))) if calibrate else 1
+    with phases("timed"):
+        samples = alternate({s: steps[s] for s in backends if s in steps}, settings.repeat, number)
+    for cell in cells.values():
         if cell.backend in samples and cell.status == "ok":
             cell.runs_s = samples[cell.backend]["seconds"]
             cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
+    cells = [cells[spec] for spec in backends]
     harness._ratios(cells, Workload(zm.name, zm.description, None), inputs, None)
     torch.compiler.reset()
     return cells
+
+
+def run_inference(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
+                  phases: Optional[Phases] = None) -> list:
+    """The harness's `run_workload` on the model's eval-mode logits."""
+    workload = Workload(zm.name, zm.description, lambda quick: build(zm, quick, shapes))
+    with (phases or Phases())("all"):
+        return harness.run_workload(workload, backends, settings)
 
 
 RUNNERS = {"inference": run_inference, "training": run_training}
@@ -306,17 +394,18 @@ def run(models: list, modes: list, backends: list, settings: Settings, shapes: d
     with harness.benchmark_state(settings):
         harness.startup_cost("torch:eager")     # Dynamo's own first use, charged to no backend
         startup = [harness.startup_cost(b) for b in backends if b != "eager"]
-        rows = []
+        rows, timings = [], {}
         for zm in models:
             for mode in modes:
-                t0 = time.perf_counter()
-                cells = RUNNERS[mode](zm, backends, settings, shapes)
+                t0, phases = time.perf_counter(), Phases()
+                cells = RUNNERS[mode](zm, backends, settings, shapes, phases)
                 rows += [dict(dataclasses.asdict(c), mode=mode, model=zm.name) for c in cells]
+                timings[f"{zm.name} {mode}"] = dict(phases, total={"wall_s": time.perf_counter() - t0})
                 if progress:
-                    progress(f"{zm.name} {mode}: {time.perf_counter() - t0:.1f} s")
+                    progress(f"{zm.name} {mode}: {time.perf_counter() - t0:.1f} s ({phases.line()})")
     return {"machine": harness.machine(), "settings": dataclasses.asdict(settings), "backends": backends,
             "modes": modes, "shapes": {k: list(v) for k, v in shapes.items()}, "startup": startup,
-            "models": {zm.name: zm.description for zm in models}, "cells": rows,
+            "models": {zm.name: zm.description for zm in models}, "cells": rows, "phases": timings,
             "summary": summary(rows, modes)}
 
 
