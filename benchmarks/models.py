@@ -17,7 +17,8 @@ Two modes per model:
              fixed random labels, backward, `torch.optim.SGD` step (the optimizer runs eagerly for
              every backend). Each backend trains its own copy of the same initial weights; its
              first step's loss and every parameter gradient are checked against eager's (float64
-             reference again), and only then is it timed, interleaved with the others.
+             reference again; a gradient may instead pass on its error norm, `gradient_mismatches`),
+             and only then is it timed, interleaved with the others.
 A backend that fails or mismatches is reported in its cell and never timed. The summary lines
 give geomeans of tdbg's time vs Inductor and vs eager and of its cold compile vs Inductor's,
 per mode, against issue 10's goals. `transformers` is the optional extra `.[bench]`.
