@@ -113,12 +113,11 @@ template <class... C> TDBG_INLINE float horner(float x, float hi, float next, C.
 }
 
 // y 2^n for n in [-252, 254] as the product of two normal powers of two (subnormal results
-// round once)
+// round once). The biased exponents e1 + e2 = n + 254 are split in halves, both in [1, 254].
 TDBG_INLINE float scale(float y, int32_t n) {
-  int32_t n1 = n >> 1;  // arithmetic shift (g++ defines it for negative n)
-  float s1 = from_bits(static_cast<uint32_t>(n1 + 127) << 23);
-  float s2 = from_bits(static_cast<uint32_t>(n - n1 + 127) << 23);
-  return y * s1 * s2;
+  int32_t e = n + 254;
+  int32_t e1 = e >> 1;  // arithmetic shift (g++ defines it for negative values)
+  return y * from_bits(static_cast<uint32_t>(e1) << 23) * from_bits(static_cast<uint32_t>(e - e1) << 23);
 }
 
 // x = k ln2 + r with |r| <= ln2/2 (Cody-Waite); x must be finite with |x| < 2^22.
@@ -163,6 +162,13 @@ TDBG_INLINE float log_mantissa(float m, float k_ln2_lo) {
   return f - (hfsq - mla(s, hfsq + R, k_ln2_lo));
 }
 
+// log's result: y for 0 < x < inf, else -inf for +-0 and x * inf + inf for the rest (inf for
+// inf; NaN for NaN, -inf and negative x): three compares and two blends
+TDBG_INLINE float log_special(float x, float y) {
+  float special = sel(x == 0.0f, -kInf, mla(x, kInf, kInf));
+  return sel(gt(x, 0.0f) & lt(x, kInf), y, special);
+}
+
 // erfc(x) e^{x^2} on [0.9, 4] as a polynomial in x - 2.45 (absolute error of erf below 5e-9).
 TDBG_INLINE float erfc_scaled(float x) {
   float t = x - 2.45f;
@@ -172,26 +178,38 @@ TDBG_INLINE float erfc_scaled(float x) {
 }  // namespace tdbg_detail
 
 namespace tdbg_detail {
-// e^x for x in [-104, 89] (no NaN): e^89 overflows and e^-104 underflows to 0 on their own.
-TDBG_INLINE float exp_core(float x) {
-  Reduced t = reduce_ln2(x);
-  return scale(exp_small(t.r), static_cast<int32_t>(t.k));
+// e^x for x in [-104, 89] or NaN: e^89 overflows and e^-104 underflows to 0 on their own. A NaN
+// reaches the polynomial, and whatever integer its bits give k, NaN times 2^k is NaN.
+TDBG_INLINE float exp_reduced(float x) {
+  float t = mla(x, kLog2e, kRound);
+  float k = t - kRound;
+  float r = mla(-k, kLn2Lo, mla(-k, kLn2Hi, x));
+  return scale(exp_small(r), static_cast<int32_t>(bits(t) - bits(kRound)));   // bits, not a conversion: defined for NaN
+}
+
+// e^x where the result is normal and x is not NaN (erf's -x^2 >= -16, tanh's 2|x| <= 20): one
+// exponent add instead of scale()'s two products
+TDBG_INLINE float exp_normal(float x) {
+  float t = mla(x, kLog2e, kRound);    // k + 1.5 * 2^23: k sits in the low bits of t
+  float k = t - kRound;
+  float r = mla(-k, kLn2Lo, mla(-k, kLn2Hi, x));
+  return from_bits(bits(exp_small(r)) + (bits(t) << 23));   // bits(t) << 23 == k << 23 (mod 2^32)
 }
 }  // namespace tdbg_detail
 
 TDBG_INLINE float tdbg_expf(float x) {
   using namespace tdbg_detail;
-  // clamped so the integer conversion is defined; NaN maps to 89 and is restored by the final add
-  return exp_core(clamp(x, -104.0f, 89.0f)) + nan_if(isnan(x));
+  // clamped so 2^k stays in scale()'s range; blends that let NaN through (no fix-up afterwards)
+  return exp_reduced(sel(gt(x, 89.0f), 89.0f, sel(lt(x, -104.0f), -104.0f, x)));
 }
 
 TDBG_INLINE float tdbg_exp2f(float x) {
   using namespace tdbg_detail;
-  float xc = clamp(x, -151.0f, 129.0f);
-  float k = (xc + kRound) - kRound;
+  float xc = sel(gt(x, 129.0f), 129.0f, sel(lt(x, -151.0f), -151.0f, x));   // NaN passes, as in exp
+  float t = xc + kRound;
+  float k = t - kRound;
   float r = (xc - k) * 0.693147180559945309f;
-  float y = scale(exp_small(r), static_cast<int32_t>(k));
-  return y + nan_if(isnan(x));
+  return scale(exp_small(r), static_cast<int32_t>(bits(t) - bits(kRound)));
 }
 
 TDBG_INLINE float tdbg_expm1f(float x) {
@@ -211,16 +229,14 @@ TDBG_INLINE float tdbg_logf(float x) {
   using namespace tdbg_detail;
   Split s = split_exponent(x);
   float y = mla(s.k, kLn2Hi, log_mantissa(s.m, s.k * kLn2Lo));      // finite for every x
-  float special = x == 0.0f ? -kInf : (x == kInf ? kInf : -0.0f);
-  return y + (isnan(x) | lt(x, 0.0f) ? kNaN : special);
+  return log_special(x, y);
 }
 
 TDBG_INLINE float tdbg_log2f(float x) {
   using namespace tdbg_detail;
   Split s = split_exponent(x);
   float y = s.k + log_mantissa(s.m, 0.0f) * kLog2e;                 // exact for powers of two
-  float special = x == 0.0f ? -kInf : (x == kInf ? kInf : -0.0f);
-  return y + (isnan(x) | lt(x, 0.0f) ? kNaN : special);
+  return log_special(x, y);
 }
 
 TDBG_INLINE float tdbg_log1pf(float x) {
@@ -238,17 +254,19 @@ TDBG_INLINE float tdbg_log1pf(float x) {
 
 TDBG_INLINE float tdbg_erff(float x) {
   using namespace tdbg_detail;
+  // |x| clamped to 4 (erf rounds to 1 from 3.92 on); NaN passes (a blend, no branch)
   float a = __builtin_fabsf(x);
+  a = sel(gt(a, 4.0f), 4.0f, a);
   float z = a * a;
   // |x| < 0.9: erf(x) = x + x (P(x^2) - 1), relative error below 1.2e-8 (the 1 kept out of
   // the polynomial so its rounding stays small)
   float p = horner(z, -6.09036011e-04f, 5.01196273e-03f, -2.67789085e-02f, 1.12821408e-01f, -3.76125246e-01f,
                    1.28379151e-01f);
   float small = mla(a, p, a);
-  // 0.9 <= |x|: erf = 1 - e^{-x^2} H(x); from 4 on (erfc(4) = 1.5e-8) it rounds to 1
-  float ab = clamp(a, 0.9f, 4.0f);
-  float big = 1.0f - exp_core(-(ab * ab)) * erfc_scaled(ab);
-  return copysign(sel(lt(a, 0.9f), small, big), x) + nan_if(isnan(x));
+  // 0.9 <= |x|: erf = 1 - e^{-x^2} H(x). Both arms are computed for every lane; on [0, 4] the
+  // big arm stays finite, and a NaN reaches it through H.
+  float big = mla(-exp_normal(-z), erfc_scaled(a), 1.0f);
+  return copysign(sel(lt(a, 0.9f), small, big), x);
 }
 
 TDBG_INLINE float tdbg_tanhf(float x) {
@@ -260,7 +278,7 @@ TDBG_INLINE float tdbg_tanhf(float x) {
   float small = mla(a * z, p, a);
   // otherwise 1 - 2 / (e^{2|x|} + 1); tanh rounds to 1 beyond 10
   float ab = sel(lt(a, 10.0f), a, 10.0f);                         // NaN -> 10
-  float big = 1.0f - 2.0f / (exp_core(2.0f * ab) + 1.0f);
+  float big = 1.0f - 2.0f / (exp_normal(2.0f * ab) + 1.0f);     // e^20 is normal
   return copysign(sel(lt(a, 0.625f), small, big), x) + nan_if(isnan(x));
 }
 
@@ -268,11 +286,14 @@ TDBG_INLINE float tdbg_tanhf(float x) {
 // rounding error of 1 + e is corrected.
 TDBG_INLINE float tdbg_sigmoidf(float x) {
   using namespace tdbg_detail;
-  float e = tdbg_expf(-__builtin_fabsf(x));
+  float m = -__builtin_fabsf(x);
+  float e = exp_reduced(sel(lt(m, -104.0f), -104.0f, m));          // m <= 0: no upper clamp; NaN passes
   float d = 1.0f + e;
   float d_err = (1.0f - d) + e;                                     // 1 + e == d + d_err exactly
   float q = sel(lt(x, 0.0f), e, 1.0f) / d;
-  return mla(-q, d_err / d, q);
+  // q (1 - d_err / d): the correction is below half an ulp of q, so 1 / d on [1, 2] needs no
+  // precision: 1.45711 - d / 2 is within 4.3% (and no second division)
+  return mla(-q, d_err * mla(d, -0.5f, 1.45710678f), q);
 }
 
 // ---- the names generated code calls: float -> above, double -> libm, integers -> as float ----

@@ -275,3 +275,63 @@ def test_math_helpers_vectorize(tmp_path):
     names = [re.search(r"(tdbg_\w+)\(", line).group(1) for line in vectorized]
     assert sorted(set(names)) == sorted(UNARY_F32 + PREDICATES + BINARY_F32 + ["tdbg_pow"])
     assert sum("tdbg_pow" in line for line in vectorized) == len(POW_EXACT) + 2
+
+
+# ---- cost: what each vectorized loop body is made of ----------------------------------------
+# The loop over `o[i] = f(a[i])` at the compiler's flags, read from g++'s assembly: the widest
+# loop body (the simdlen(8) one, ymm on AVX2 and AVX-512 alike). Pinned: no float -> int
+# conversion (k is read from the bits of k + 1.5 * 2^23, which a NaN may fill with anything), one
+# division at most (sigmoid's correction divides by nothing; erf has none), and a body size
+# between what these helpers take now (AVX2, g++ 12: exp 29, exp2 28, erf 46, tanh 43, sigmoid
+# 39, log 42, log2 42) and what they took with a NaN fix-up, cvttps2dq, two-product scaling and
+# nested special-value selects (34, 33, 61, 50, 44, 49, 49).
+LOOP_COST = {  # name: (divisions, max instructions in the vector loop body)
+    "tdbg_exp": (0, 31), "tdbg_exp2": (0, 31), "tdbg_erf": (0, 53), "tdbg_tanh": (1, 46), "tdbg_sigmoid": (1, 41),
+    "tdbg_log": (1, 45), "tdbg_log2": (1, 45)}
+
+
+def vector_loop_bodies(asm: str) -> dict:
+    """{function: instruction lines of its largest loop that uses ymm/zmm registers}."""
+    bodies, fn, lines = {}, None, []
+    for raw in asm.splitlines():
+        line = raw.strip()
+        m = re.match(r"^([A-Za-z_]\w*):$", line)
+        if m:
+            fn, lines = m.group(1), []
+            continue
+        if fn is None:
+            continue
+        lines.append(line)
+        if line.startswith(".cfi_endproc"):
+            labels = {l[:-1]: i for i, l in enumerate(lines) if re.match(r"^\.L\w+:$", l)}
+            best = []
+            for i, l in enumerate(lines):
+                j = re.match(r"^j\w+\s+(\.L\w+)$", l)
+                if j and labels.get(j.group(1), i) < i:   # a backward jump closes a loop
+                    body = [b for b in lines[labels[j.group(1)] + 1:i + 1] if b and not b.startswith(".")]
+                    if any("%ymm" in b or "%zmm" in b for b in body) and len(body) > len(best):
+                        best = body
+            bodies[fn], fn = best, None
+    return bodies
+
+
+@pytest.mark.skipif(not cxx_available(), reason="needs a C++ compiler")
+def test_math_loops_cost(tmp_path):
+    (tmp_path / "tdbg_prelude.h").write_text(PRELUDE.read_text())
+    src = tmp_path / "cost.cpp"
+    loop = 'extern "C" void k_{f}(const float* a, float* o, long n) {{\n#pragma omp simd simdlen(8)\n  for (long i = 0; i < n; ++i) o[i] = {f}(a[i]);\n}}'
+    src.write_text('#include "tdbg_prelude.h"\n' + "\n".join(loop.format(f=f) for f in LOOP_COST) + "\n")
+    cfg = current()
+    flags = [f for f in cfg.cxx_flags if f not in ("-w", "-shared") and not f.startswith("-Wl,")]
+    proc = subprocess.run([cfg.cxx, *flags, "-S", f"-I{tmp_path}", str(src), "-o", str(tmp_path / "cost.s")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    bodies = vector_loop_bodies((tmp_path / "cost.s").read_text())
+    if not any(bodies.values()):
+        pytest.skip("no ymm/zmm loop: not an x86-64 AVX target")
+    for f, (divisions, size) in LOOP_COST.items():
+        body = bodies[f"k_{f}"]
+        ops = [b.split()[0] for b in body]
+        assert sum(op.startswith("vdiv") for op in ops) == divisions, (f, ops)
+        assert not [op for op in ops if re.match(r"vcvtt?ps2u?[dq]q", op)], (f, ops)   # float -> int
+        assert len(body) <= size, (f, len(body), ops)
