@@ -11,6 +11,10 @@ normalizations and residual adds after a convolution inherit NHWC (TensorIterato
 memory format), and the lowering realizes each buffer with the strides its value has here
 (`meta["tdbg_layout"]`), looping in memory order (ComputedBuffer.loop_order).
 
+A value that already is NHWC in the traced graph (a channels_last input and what follows it)
+is planned too: without a mark the lowering would realize it contiguous (NCHW) and loop over it
+transposed.
+
 Contracts:
 - the graph's outputs keep the strides eager gives them (`meta["tdbg_eager_stride"]` on the
   output nodes, honoured by the lowering; an output computed by an aten call in another layout is
@@ -77,12 +81,12 @@ def plan_layout(gm, example_inputs, config, kind="inference"):
                                          {"memory_format": torch.channels_last})
             node.replace_input_with(node.args[0], cl)
             inserted += 1
-    if not inserted:
-        return gm
     try:
         _propagate(graph, example_inputs)
     except Exception as e:   # an op the fake values cannot run: keep the graph as traced
         log.info("layout planning skipped: %s: %s", type(e).__name__, e)
+        return gm
+    if not any(n.meta.get("tdbg_layout") for n in graph.nodes):
         return gm
     graph.lint()
     new.recompile()
@@ -127,9 +131,9 @@ def _propagate(graph, example_inputs):
             node.meta["val"] = result
             if not isinstance(result, torch.Tensor):
                 continue
-            if old is None and is_channels_last(result):   # an inserted conversion
-                node.meta["tdbg_layout"] = "channels_last"
-            elif isinstance(old, torch.Tensor) and result.stride() != old.stride():
+            if isinstance(old, torch.Tensor) and result.stride() != old.stride():
                 node.meta["tdbg_layout"] = "channels_last" if is_channels_last(result) else "planned"
                 if node in outputs:
                     node.meta["tdbg_eager_stride"] = tuple(old.stride())
+            elif is_channels_last(result):   # an inserted conversion, or NHWC already in the traced graph
+                node.meta["tdbg_layout"] = "channels_last"

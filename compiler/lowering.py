@@ -244,6 +244,35 @@ class GraphLowering(torch.fx.Interpreter):
                 users.append(user)
         return users
 
+    def _converging_sink(self, node, users, depth=4):
+        """The one lowered node all of `node`'s readers flow into, when each reader reaches it
+        through a chain (at most `depth` long) of lowered same-shape nodes with a single reader
+        each, e.g. SiLU's x * sigmoid(x) or GELU's x * 0.5 * (1 + erf(x / sqrt(2))); else None.
+        Only when the sink itself goes on, lazily, into a reader of another shape (a pad of the
+        SiLU): then `node` stays lazy, the padded loop evaluates it at one index on every path
+        (the kernel's common-subexpression cache computes it once), and no buffer is written for
+        it; realized, it took a round trip through memory, since the scheduler cannot fuse loops
+        of different ranges. When the sink keeps `node`'s shape the scheduler fuses the realized
+        value into the sink's loop anyway."""
+        shape = getattr(node.meta.get("val"), "shape", None)
+
+        def path(u):
+            nodes = [u]
+            while len(nodes) <= depth and len(u.users) == 1 and u not in self.output_nodes \
+                    and self._user_inlines(u) and getattr(u.meta.get("val"), "shape", None) == shape:
+                u = next(iter(u.users))
+                nodes.append(u)
+            return nodes
+        if shape is None or len(set(users)) != len(users):
+            return None
+        paths = [path(u) for u in users]
+        sink = next((c for c in paths[0] if all(c in p for p in paths) and self._user_inlines(c)), None)
+        if sink is None or len(sink.users) != 1 or sink in self.output_nodes:
+            return None
+        after = next(iter(sink.users))
+        reshaped = self._user_inlines(after) and getattr(after.meta.get("val"), "shape", None) != shape
+        return sink if reshaped else None
+
     def _after_lowering(self, node, result):
         if not isinstance(result, StorageBox):
             return result
@@ -252,6 +281,8 @@ class GraphLowering(torch.fx.Interpreter):
         if bug is not None and optable.op_matches(bug[0], node.target):
             result.data.inner_fn = _inject(result.data.inner_fn, bug[1], node)
         users = self._users_through_views(node)
+        sink = self._converging_sink(node, users) if len(users) > 1 else None
+        users = [sink] if sink is not None else users
         keep_lazy = (len(users) == 1 and self._user_inlines(users[0]) and node not in self.output_nodes
                      and len(result.data.origins) < self.config.max_fusion_size)
         fusion = take_fusion(self.config) if keep_lazy else None
@@ -532,96 +563,12 @@ for _packet in VIEW_REINDEX:
     register_lowering(_packet)(lower_view)
 
 
-# ---- data movement -------------------------------------------------------------------------
-
-@register_lowering(aten.cat)
-def lower_cat(g, node, tensors, dim=0):
-    size, out_dtype = _out(node)
-    dim = dim % len(size)
-    parts, offset = [], 0
-    for t in tensors:
-        if len(t.size) != len(size):   # legacy 1-D empty inputs take no part
-            continue
-        parts.append((offset, offset + t.size[dim], t.make_loader()))
-        offset += t.size[dim]
-
-    def fn(ops, index):
-        value = None
-        for lo, hi, load in reversed(parts):
-            shifted = list(index)
-            shifted[dim] = index[dim] - lo
-            inner = functools.partial(lambda l, s: ops.to_dtype(l(ops, s), out_dtype), load, shifted)
-            if value is None:
-                value = inner()
-            else:
-                mask = ops.lt(ops.index_expr(index[dim], torch.int64), ops.constant(hi, torch.int64))
-                value = ops.masked(mask, inner, value)
-        return value
-    return g.pointwise(node, size, out_dtype, fn, tensors)
-
-
-@register_lowering(aten.constant_pad_nd)
-def lower_pad(g, node, x, pad, value=0):
-    size, out_dtype = _out(node)
-    load, nd = x.make_loader(), len(size)
-    before = {nd - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
-
-    def fn(ops, index):
-        src = [index[d] - before.get(d, 0) for d in range(nd)]
-        masks = []
-        for d, p in before.items():
-            masks.append(ops.ge(ops.index_expr(src[d], torch.int64), ops.constant(0, torch.int64)))
-            masks.append(ops.lt(ops.index_expr(src[d], torch.int64), ops.constant(x.size[d], torch.int64)))
-        if not masks:
-            return ops.to_dtype(load(ops, src), out_dtype)
-        mask = functools.reduce(ops.logical_and, masks)
-        return ops.masked(mask, lambda: ops.to_dtype(load(ops, src), out_dtype), ops.constant(value, out_dtype))
-    return g.pointwise(node, size, out_dtype, fn, (x,))
-
-
 def _indirect(ops, index_loader, idx, bound):
+    """A data-dependent index: the int64 value `index_loader` gives at `idx`, checked against `bound`."""
     return ops.indirect_indexing(ops.to_dtype(index_loader(ops, idx), torch.int64), bound)
-
-
-@register_lowering(aten.embedding)
-def lower_embedding(g, node, weight, indices, *_, **__):
-    size, out_dtype = _out(node)
-    wl, il, k = weight.make_loader(), indices.make_loader(), len(indices.size)
-
-    def fn(ops, index):
-        row = _indirect(ops, il, index[:k], weight.size[0])
-        return wl(ops, [row] + list(index[k:]))
-    return g.pointwise(node, size, out_dtype, fn, (weight, indices))
-
-
-@register_lowering(aten.index_select)
-def lower_index_select(g, node, x, dim, index_t):
-    size, out_dtype = _out(node)
-    dim = dim % max(len(x.size), 1)
-    xl, il = x.make_loader(), index_t.make_loader()
-
-    def fn(ops, index):
-        index = list(index)
-        if x.size:
-            index[dim] = _indirect(ops, il, [index[dim]] if index_t.size else [], x.size[dim])
-        return xl(ops, index)
-    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
-
-
-@register_lowering(aten.gather)
-def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
-    size, out_dtype = _out(node)
-    dim = dim % max(len(x.size), 1)
-    xl, il = x.make_loader(), index_t.make_loader()
-
-    def fn(ops, index):
-        index = list(index)
-        if x.size:
-            index[dim] = _indirect(ops, il, list(index), x.size[dim])
-        return xl(ops, index)
-    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
 
 
 # Importing the reduction lowerings registers them in LOWERINGS.
 from . import lowering_reductions  # noqa: E402,F401
+from . import lowering_data  # noqa: E402,F401  (cat, pad, embedding, gather, index_select)
 from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)

@@ -1,0 +1,130 @@
+"""Data-movement lowerings: cat, constant_pad_nd, embedding, index_select, gather.
+
+Each is a Pointwise over its output that reads its inputs at remapped (or data-dependent,
+`indirect_indexing`, bounds-checked) indices; registered in lowering.LOWERINGS on import.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from . import ir
+from .lowering import _indirect, _out, register_lowering
+
+aten = torch.ops.aten
+
+
+@register_lowering(aten.cat)
+def lower_cat(g, node, tensors, dim=0):
+    size, out_dtype = _out(node)
+    dim = dim % len(size)
+    parts, offset = [], 0
+    for t in tensors:
+        if len(t.size) != len(size):   # legacy 1-D empty inputs take no part
+            continue
+        parts.append((offset, offset + t.size[dim], t.make_loader()))
+        offset += t.size[dim]
+
+    def fn(ops, index):
+        value = None
+        for lo, hi, load in reversed(parts):
+            shifted = list(index)
+            shifted[dim] = index[dim] - lo
+            inner = functools.partial(lambda l, s: ops.to_dtype(l(ops, s), out_dtype), load, shifted)
+            if value is None:
+                value = inner()
+            else:
+                mask = ops.lt(ops.index_expr(index[dim], torch.int64), ops.constant(hi, torch.int64))
+                value = ops.masked(mask, inner, value)
+        return value
+    return g.pointwise(node, size, out_dtype, fn, tensors)
+
+
+@register_lowering(aten.constant_pad_nd)
+def lower_pad(g, node, x, pad, value=0):
+    """Padding as a masked read of `x`. When no padded dim is the innermost one in memory (an
+    NHWC image padded in H and W), the read is branch-free: the source index wraps into range
+    (ModIndex, so the load stays in bounds) and `where` picks the pad value, so the loop over
+    the innermost dim vectorizes (a masked load is an `if` that g++ refuses to vectorize: an
+    EfficientNet-b0 pad+SiLU kernel ran scalar, ~50 ns per element). Padding the innermost dim
+    keeps the masked load: a wrapped index there would cost a modulo per element."""
+    size, out_dtype = _out(node)
+    load, nd = x.make_loader(), len(size)
+    before = {nd - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
+    wraps = _pad_wraps(g, node, x, before, {nd - 1 - k // 2 for k in range(len(pad)) if pad[k] != 0})
+
+    def fn(ops, index):
+        src = [index[d] - before.get(d, 0) for d in range(nd)]
+        masks = []
+        for d, p in before.items():
+            masks.append(ops.ge(ops.index_expr(src[d], torch.int64), ops.constant(0, torch.int64)))
+            masks.append(ops.lt(ops.index_expr(src[d], torch.int64), ops.constant(x.size[d], torch.int64)))
+        if not masks:
+            return ops.to_dtype(load(ops, src), out_dtype)
+        mask = functools.reduce(ops.logical_and, masks)
+        if wraps is not None:
+            inside = [ir.ModIndex(index[d] + wraps[d], x.size[d]) if d in wraps else src[d] for d in range(nd)]
+            return ops.where(mask, ops.to_dtype(load(ops, inside), out_dtype), ops.constant(value, out_dtype))
+        return ops.masked(mask, lambda: ops.to_dtype(load(ops, src), out_dtype), ops.constant(value, out_dtype))
+    return g.pointwise(node, size, out_dtype, fn, (x,))
+
+
+def _pad_wraps(g, node, x, before, padded) -> dict | None:
+    """{padded dim: the shift that makes `index + shift` a non-negative number congruent to the
+    source index modulo the input's size}, when the branch-free form applies (see lower_pad):
+    the padded dims are non-empty and none is the innermost dim of the layout the result is
+    realized in (its loops run in that layout's memory order)."""
+    val = node.meta.get("val")
+    if not padded or not isinstance(val, torch.Tensor) or any(x.size[d] == 0 for d in padded):
+        return None
+    stride = g._output_stride(node) or ir.contiguous_strides(val.shape)
+    dims = [d for d in range(val.dim()) if val.shape[d] != 1]
+    if not dims:
+        return None
+    innermost = min(dims, key=lambda d: (stride[d], -d))
+    if g.planned and node.users and all(u.target is aten.clone.default and u.kwargs.get("memory_format") is
+                                        torch.channels_last for u in node.users):
+        innermost = 1   # read only by layout.py's conversion to channels_last: looped channels innermost
+    if innermost in padded:
+        return None
+    return {d: -(-max(before[d], 0) // int(x.size[d])) * int(x.size[d]) - before[d] for d in padded}
+
+
+@register_lowering(aten.embedding)
+def lower_embedding(g, node, weight, indices, *_, **__):
+    size, out_dtype = _out(node)
+    wl, il, k = weight.make_loader(), indices.make_loader(), len(indices.size)
+
+    def fn(ops, index):
+        row = _indirect(ops, il, index[:k], weight.size[0])
+        return wl(ops, [row] + list(index[k:]))
+    return g.pointwise(node, size, out_dtype, fn, (weight, indices))
+
+
+@register_lowering(aten.index_select)
+def lower_index_select(g, node, x, dim, index_t):
+    size, out_dtype = _out(node)
+    dim = dim % max(len(x.size), 1)
+    xl, il = x.make_loader(), index_t.make_loader()
+
+    def fn(ops, index):
+        index = list(index)
+        if x.size:
+            index[dim] = _indirect(ops, il, [index[dim]] if index_t.size else [], x.size[dim])
+        return xl(ops, index)
+    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
+
+
+@register_lowering(aten.gather)
+def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
+    size, out_dtype = _out(node)
+    dim = dim % max(len(x.size), 1)
+    xl, il = x.make_loader(), index_t.make_loader()
+
+    def fn(ops, index):
+        index = list(index)
+        if x.size:
+            index[dim] = _indirect(ops, il, list(index), x.size[dim])
+        return xl(ops, index)
+    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
