@@ -164,7 +164,9 @@ def pyexpr(x) -> str:
     if isinstance(x, (list, tuple)):
         inner = ", ".join(pyexpr(v) for v in x)
         return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
-    if isinstance(x, (torch_compat.OpOverload, torch_compat.HigherOrderOperator)):
+    if isinstance(x, torch_compat.OpOverload):   # a value, not a call: never the binding table
+        return f"torch.ops.{x}"
+    if isinstance(x, torch_compat.HigherOrderOperator):
         return _target_expr(x)
     if isinstance(x, torch.dtype):
         return str(x)
@@ -193,13 +195,20 @@ class WrapperCodegen:
         self.lines.append("    " * depth + text)
 
     def render(self) -> str:
+        self.aten_calls = {}   # "op.overload" -> torch binding name or None, filled by _extern_call
+        self.allocated = set()   # buffers allocated by this graph (storage offset 0), filled by _alloc
+        body = self._body()
         head = [f"# tdbg output code for graph {self.name}",
                 "# Run `python output_code.py` to time this graph on random inputs.",
                 "import torch", "from torch import empty_strided",
                 "from tdbg.compiler.wrapper import (BufferPool as _BufferPool, as_strided as _as_strided,",
                 "                                   below_autograd as _below_autograd, kernel_failed as _kernel_failed,",
-                "                                   load_kernels, main as _main, restride as _restride)",
-                "aten = torch.ops.aten", "prims = torch.ops.prims", "",
+                "                                   load_kernels, main as _main, op_table as _op_table,",
+                "                                   restride as _restride)",
+                "# the aten overloads this graph calls: torch.<op> where that builtin runs exactly the",
+                "# overload (the faster call), else the overload itself (see tdbg.compiler.wrapper.op_table)",
+                "ATEN_CALLS = {" + ", ".join(f"{k!r}: {v!r}" for k, v in self.aten_calls.items()) + "}",
+                "aten = _op_table('aten', ATEN_CALLS)", "prims = torch.ops.prims", "",
                 f"GRAPH = {self.name!r}", "KERNELS = {"]
         for k in self.kernels:
             head.append(f"    {k.name!r}: r'''\n{k.source}''',")
@@ -208,6 +217,14 @@ class WrapperCodegen:
                  "INPUTS = [" + ", ".join(self._input_spec(p) for p in self.placeholders) + "]",
                  "", "", "def load(config=None):", "    return load_kernels(KERNELS, NARGS, config)", "", "",
                  "def make_call(kernels, constants=None):"]
+        tail = ["", "", 'if __name__ == "__main__":',
+                "    _consts = {" + ", ".join(f"{b.name!r}: torch.randn({tuple(b.size)}).to({b.dtype})"
+                                             for b in self.graph_inputs if hasattr(b, "constant")) + "}",
+                "    _main(GRAPH, make_call(load(), _consts), INPUTS, _consts)", ""]
+        return "\n".join(head + body + tail)
+
+    def _body(self) -> list:
+        """The lines of make_call (indented), filling self.aten_calls."""
         for k in self.kernels:
             self.line(f"_k_{k.name} = kernels[{k.name!r}]", 1)
         for b in self.graph_inputs:
@@ -236,16 +253,28 @@ class WrapperCodegen:
             dels = [n for n in self.plan.frees[pos] if n not in self.plan.reused]
             if dels:
                 self.line(f"del {', '.join(dels)}")
-        outs = ", ".join(pyexpr(o) if isinstance(o, IRNode) else pyexpr(o) for o in self.graph_outputs)
+        outs = ", ".join(self._expr(o) for o in self.graph_outputs)
         self.line(f"return ({outs}{',' if len(self.graph_outputs) == 1 else ''})")
         if self.pool_slots:
             self.line("call.pool = _pool", 1)
         self.line("return call", 1)
-        tail = ["", "", 'if __name__ == "__main__":',
-                "    _consts = {" + ", ".join(f"{b.name!r}: torch.randn({tuple(b.size)}).to({b.dtype})"
-                                             for b in self.graph_inputs if hasattr(b, "constant")) + "}",
-                "    _main(GRAPH, make_call(load(), _consts), INPUTS, _consts)", ""]
-        return "\n".join(head + self.lines + tail)
+        return self.lines
+
+    def _expr(self, x) -> str:
+        """pyexpr, with views spelled as torch.as_strided calls (no helper frame): the view's
+        offset is relative to its buffer's own, so it is left implicit when 0 (as_strided keeps
+        the base's offset) and written out only over buffers this graph allocated (offset 0)."""
+        if isinstance(x, ReinterpretView):
+            lay, base = x.layout, x.buffer.name
+            if lay.offset == 0:
+                return f"torch.as_strided({base}, {tuple(lay.size)}, {tuple(lay.stride)})"
+            if base in self.allocated:
+                return f"torch.as_strided({base}, {tuple(lay.size)}, {tuple(lay.stride)}, {lay.offset})"
+            return pyexpr(x)
+        if isinstance(x, (list, tuple)) and not isinstance(x, IRNode):
+            inner = ", ".join(self._expr(v) for v in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        return pyexpr(x)
 
     def _input_spec(self, name):
         buf = self.buffers.get(name)
@@ -278,6 +307,8 @@ class WrapperCodegen:
     def _alloc(self, name, reuse):
         buf = self.buffers[name]
         lay = buf.layout
+        if reuse is None or reuse in self.allocated:   # a fresh tensor: storage offset 0
+            self.allocated.add(name)
         if reuse is not None:
             self.line(f"{name} = {reuse}; del {reuse}  # reuse")
         elif name in self.pool_slots:
@@ -299,7 +330,7 @@ class WrapperCodegen:
 
     def _extern_call(self, item: ExternNode):
         kernel = item.kernel
-        args = [pyexpr(a) for a in kernel.args] + [f"{k}={pyexpr(v)}" for k, v in kernel.kwargs.items()]
+        args = [self._expr(a) for a in kernel.args] + [f"{k}={self._expr(v)}" for k, v in kernel.kwargs.items()]
         target, depth = kernel.target, 2
         if kernel.name in self.pool_slots:   # a pooled result: the op writes it through its out= overload
             self._alloc(kernel.name, None)
@@ -307,7 +338,12 @@ class WrapperCodegen:
             args.append(f"out={kernel.name}")
             # below autograd: out= refuses inputs that require grad, which a graph's callers may pass
             self.line("with _below_autograd():")
-        self.line(f"{kernel.name} = {_target_expr(target)}({', '.join(args)})  # FX: {kernel.node.name}", depth)
+        expr = _target_expr(target)
+        if expr.startswith("aten."):
+            binding = python_binding(target, kernel.args, kernel.kwargs, out=kernel.name in self.pool_slots)
+            key = expr[len("aten."):]
+            self.aten_calls[key] = binding if self.aten_calls.get(key, binding) == binding else None
+        self.line(f"{kernel.name} = {expr}({', '.join(args)})  # FX: {kernel.node.name}", depth)
         for out in kernel.outputs:
             if out.expr != out.name:
                 self.line(f"{out.name} = {out.expr}")
@@ -377,6 +413,138 @@ def pool_slots(allocs, plan, graph_outputs, buffers) -> tuple:
             if name not in plan.reused:
                 free += [k for k, user in holder.items() if user == root.get(name) and k not in free]
     return slots, sizes
+
+
+# ---- extern calls through torch's Python bindings -------------------------------------------
+# An OpOverload call (`aten.mm.default(a, b)`) parses its arguments against the schema in the
+# JIT's boxed path: ~3x the time of the same op's Python binding (`torch.mm(a, b)`, the C++
+# argument parser), 2-15 us per call by itself. The generated code still spells each call
+# `aten.<op>.<overload>(...)`, but `aten` there is the graph's own table (`op_table`): an
+# overload is bound to `torch.<op>` when that builtin can only run this overload for the call's
+# arguments (`python_binding`), else to the OpOverload itself.
+
+
+def _arg_kind(x) -> str:
+    if isinstance(x, IRNode):
+        return "tensor"
+    if isinstance(x, (list, tuple)):
+        return "list"
+    if x is None:
+        return "none"
+    if isinstance(x, (bool, int, float)):
+        return "number"
+    return "other"
+
+
+def _may_bind(kind: str, schema_type: str) -> bool:
+    """False only when torch's Python argument parser certainly refuses an argument of `kind` for
+    a parameter of `schema_type` (str of the schema's JIT type); any doubt answers True."""
+    if kind == "tensor":   # a 0-dim tensor parses as an int or a float (and maybe more), never a bool
+        return schema_type not in ("bool", "Optional[bool]", "str", "Optional[str]")
+    if kind == "list":
+        return schema_type.startswith(("List[", "Optional[List["))
+    if kind == "number":   # a number never parses as a list of tensors
+        return not schema_type.startswith(("List[Tensor", "List[Optional[Tensor", "Optional[List[Tensor"))
+    return True
+
+
+def _binds(schema, kinds: list, keywords: dict) -> bool:
+    """Whether a call with positional argument `kinds` and `keywords` (name -> kind) may parse
+    against `schema` (always True when in doubt)."""
+    params = list(schema.arguments)
+    positional = [p for p in params if not p.kwarg_only]
+    if len(kinds) > len(positional):
+        return False
+    by_name = {p.name: p for p in params}
+    if any(k not in by_name for k in keywords):
+        return False
+    given = {p.name for p in positional[:len(kinds)]} | set(keywords)
+    if any(p.name not in given and not p.has_default_value() for p in params):
+        return False
+    pairs = list(zip(kinds, positional)) + [(kind, by_name[k]) for k, kind in keywords.items()]
+    return all(_may_bind(kind, str(p.type)) for kind, p in pairs)
+
+
+def python_binding(target, args, kwargs: dict, out: bool = False):
+    """The name `op` when `torch.op`, a C++ builtin, runs exactly `target` (an aten OpOverload)
+    for a call with `args`/`kwargs` (IR values as tensors; `out` adds an `out=` tensor): no other
+    overload of the op can parse those arguments, so the builtin's overload resolution has one
+    candidate (torch's parser tries deprecated Python-only signatures last), and the builtin
+    parses them. None otherwise (ops that mutate an input, calls without a tensor, no builtin,
+    or any doubt)."""
+    if not isinstance(target, torch_compat.OpOverload) or target.namespace != "aten":
+        return None
+    schema = target._schema
+    if any(a.alias_info is not None and a.alias_info.is_write and not a.is_out for a in schema.arguments):
+        return None
+    # the check below runs the builtin on meta tensors: never a call without tensors (a factory
+    # would run on the CPU)
+    if not any(isinstance(x, IRNode) for x in torch_compat.pytree.tree_leaves((list(args), kwargs))):
+        return None
+    name = target.overloadpacket.__name__
+    if type(getattr(torch, name, None)).__name__ != "builtin_function_or_method":
+        return None
+    kinds = [_arg_kind(a) for a in args]
+    keywords = {k: _arg_kind(v) for k, v in kwargs.items()}
+    if out:
+        keywords["out"] = "tensor"
+    if not _binds(schema, kinds, keywords):
+        return None
+    packet = target.overloadpacket
+    others = [getattr(packet, o) for o in packet.overloads() if getattr(packet, o) is not target]
+    if any(_binds(o._schema, kinds, keywords) for o in others):
+        return None
+    seeded = torch.Tag.nondeterministic_seeded in target.tags
+    state = torch.get_rng_state() if seeded else None
+    try:
+        return name if _parses(getattr(torch, name), args, kwargs, out) else None
+    finally:   # a random op's check leaves the generator as it found it (eager's stream stays)
+        if seeded:
+            torch.set_rng_state(state)
+
+
+def _parses(fn, args, kwargs: dict, out: bool) -> bool:
+    """Whether builtin `fn` accepts the call's arguments (meta tensors of the IR values' layouts):
+    a builtin may not expose every overload of its op (method-only variants), and its argument
+    parser says so with a TypeError. Any other error (no meta kernel, ...) comes after parsing."""
+    def meta(x):
+        if isinstance(x, IRNode):
+            lay = getattr(x, "layout", None)
+            if lay is None:
+                raise LookupError
+            return torch.empty_strided(tuple(lay.size), tuple(lay.stride), dtype=lay.dtype, device="meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(meta(v) for v in x)
+        return x
+    try:
+        margs, mkwargs = meta(tuple(args)), {k: meta(v) for k, v in kwargs.items()}
+        if out:
+            mkwargs["out"] = torch.empty(0, device="meta")
+    except LookupError:
+        return False
+    try:
+        fn(*margs, **mkwargs)
+    except TypeError:
+        return False
+    except Exception:   # parsed; the meta call itself failed (no meta kernel, data-dependent shape)
+        return True
+    return True
+
+
+def op_table(namespace: str, calls: dict):
+    """`namespace` ("aten") as output_code.py calls it: an object whose `<op>.<overload>`
+    attribute is `torch.<binding>` for each `calls` entry {"op.overload": binding name or None}
+    with a binding, else the OpOverload. Plain attributes: one dict lookup each per call."""
+    from types import SimpleNamespace
+    table = SimpleNamespace()
+    ops = getattr(torch.ops, namespace)
+    for qualified, binding in calls.items():
+        op, overload = qualified.split(".")
+        if not hasattr(table, op):
+            setattr(table, op, SimpleNamespace())
+        fn = getattr(torch, binding) if binding else getattr(getattr(ops, op), overload)
+        setattr(getattr(table, op), overload, fn)
+    return table
 
 
 def _target_expr(target) -> str:
