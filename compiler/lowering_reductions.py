@@ -1,6 +1,6 @@
 """Reduction lowerings: sum/prod/amax/amin/argmax/argmin/any/all, max/min with indices, mean,
-var and var_mean, and the accumulating scatter of the embedding gradient
-(_unsafe_masked_index_put_accumulate), each registered in lowering.LOWERINGS like every other
+var and var_mean, and the scatters of the training losses (the embedding gradient's accumulating
+_unsafe_masked_index_put_accumulate, the NLL backward's one-hot scatter.value), each registered in lowering.LOWERINGS like every other
 lowering.
 
 Imported at the end of lowering.py so the table is complete whenever lowering is imported.
@@ -8,13 +8,14 @@ Imported at the end of lowering.py so the table is complete whenever lowering is
 from __future__ import annotations
 
 import math
+import weakref
 
 import sympy
 import torch
 
 from . import ir, ops as optable
-from .ir import ComputedBuffer, ExternKernel, Reduction, StorageBox, View
-from .lowering import _inject, _out, operand, register_lowering, with_origin
+from .ir import ComputedBuffer, ExternBuffer, ExternKernel, Reduction, StorageBox, View
+from .lowering import LOWERINGS, VIEW_REINDEX, _inject, _out, operand, register_lowering, with_origin
 
 aten = torch.ops.aten
 
@@ -171,4 +172,100 @@ def lower_masked_index_put_accumulate(g, node, x, mask, indices, values):
                           [buf, *clamped, masked])
     kernel.mutated = [buf]
     g.operations.append(kernel)
+    zero = src.op == "call_function" and src.target is aten.full.default and src.args[1] == 0
+    if zero and node not in g.output_nodes:
+        _ZERO_SCATTERS.setdefault(g, {})[node] = kernel
     return buf
+
+
+# per graph being lowered: accumulating scatters into a zero fill (FX node -> their index_put_),
+# which a following add may retarget onto the other operand's buffer (lower_add)
+_ZERO_SCATTERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_lower_add_row = LOWERINGS[aten.add.Tensor]
+
+
+@register_lowering(aten.add.Tensor)
+def lower_add(g, node, a, b, *, alpha=1):
+    """add's pointwise row, except for `add(A, S)` where S scattered into a zero fill (BERT's tied
+    word-embedding gradient: the decoder's mm result plus the embedding's scatter, 94 MB each).
+    When A's buffer is exclusively this add's (see _owned_storage), the scatter accumulates into
+    A's buffer in place and the add is that buffer: no zero fill, no add pass. (Rounding: A + v1
+    + v2 instead of A + (v1 + v2), within float32 summation error like any reordering.)"""
+    scatters = _ZERO_SCATTERS.get(g, {})
+    for s_node, other, value in ((node.args[1], node.args[0], a), (node.args[0], node.args[1], b)):
+        kernel = scatters.get(s_node) if isinstance(s_node, torch.fx.Node) else None
+        owned = _owned_storage(g, node, other, value) if kernel is not None and alpha == 1 else None
+        if owned is None or len(s_node.users) != 1:
+            continue
+        target, pos = owned
+        if pos > g.operations.index(kernel):
+            continue   # A is computed after the scatter ran
+        zeros = kernel.args[0]
+        kernel.args = (target, *kernel.args[1:])
+        kernel.inputs = [target if x is zeros else x for x in kernel.inputs]
+        kernel.mutated = [target]
+        del scatters[s_node]
+        return value
+    return _lower_add_row(g, node, a, b, alpha=alpha)
+
+
+def _owned_storage(g, add, other, value):
+    """(buffer, its position in g.operations) when `value` (FX node `other`, an operand of `add`)
+    is a whole buffer that nothing but `add` reads: `other` reaches its producer through views
+    only, every node on the way has that one user and is no graph output, the producer is an
+    aten call or a kernel of this graph (not an input), and `value` has the add's size, dtype and
+    the buffer's own layout. Else None."""
+    out = add.meta.get("val")
+    if (not isinstance(other, torch.fx.Node) or g.config.inject_bug is not None or value.storage() is None
+            or not isinstance(out, torch.Tensor) or tuple(value.size) != tuple(out.shape) or value.dtype != out.dtype):
+        return None
+    buffer, layout = value.storage()
+    if not isinstance(buffer, (ExternBuffer, ComputedBuffer)) or layout != buffer.layout:
+        return None
+    n = other
+    while True:
+        if len(n.users) != 1 or n in g.output_nodes or n.op != "call_function":
+            return None
+        if getattr(n.target, "overloadpacket", None) not in VIEW_REINDEX:
+            break
+        n = n.args[0]
+    if isinstance(buffer, ExternBuffer):
+        producer = buffer.kernel
+        if producer.node is not n or producer.outputs != [buffer]:
+            return None
+    else:
+        producer = buffer
+        if n not in buffer.origins:
+            return None
+    return buffer, g.operations.index(producer)
+
+
+@register_lowering(aten.scatter.value)
+def lower_scatter_one_hot(g, node, x, dim, index, value):
+    """scatter(x, dim, index, value) with one index per row (index has extent 1 along `dim`
+    and x's extent elsewhere: the NLL/cross-entropy backward's one-hot of the targets) as a
+    pointwise: out[.., j, ..] = j == index[.., 0, ..] ? value : x[.., j, ..]. It fuses with its
+    neighbours instead of a zero fill, aten's copy of it and a scatter. The indices are checked
+    first in a small buffer of their own (an index outside [0, size) fails the kernel, as aten's
+    scatter raises), so the large loop reads them without a bounds check and vectorizes."""
+    size, dtype = _out(node)
+    nd = len(size)
+    dim = dim % nd if nd else 0
+    if (not nd or len(index.size) != nd or int(index.size[dim]) != 1 or index.dtype != torch.int64
+            or any(int(index.size[d]) != int(size[d]) for d in range(nd) if d != dim)):
+        raise NotImplementedError("scatter.value with several indices per row")
+    n, il = int(size[dim]), index.make_loader()
+
+    def checked(ops, i):
+        raw = il(ops, i)
+        # a negative index is out of range for scatter (no wrap-around): map it past the end
+        raw = ops.where(ops.lt(raw, ops.constant(0, torch.int64)), ops.constant(n, torch.int64), raw)
+        return ops.index_expr(ops.indirect_indexing(raw, n), torch.int64)
+    target = g.realize(g.pointwise(node, index.size, torch.int64, checked, (index,)))
+    tl, xl = target.make_loader(), operand(x, size, dtype)
+
+    def fn(ops, i):
+        at = ops.index_expr(i[dim], torch.int64)
+        hit = ops.eq(at, tl(ops, [*i[:dim], sympy.Integer(0), *i[dim + 1:]]))
+        return ops.where(hit, ops.constant(value, dtype), xl(ops, i))
+    return g.pointwise(node, size, dtype, fn, (x, index))

@@ -1,15 +1,17 @@
 """Training-step kernels (issue 10): a value several readers reach through views is computed once,
-an unrelated inner loop never joins a column reduction, and the embedding gradient accumulates
-in place (no copy of the [vocab, hidden] buffer). Structure is pinned; values are bounded
-against float64."""
+an unrelated inner loop never joins a column reduction, the embedding gradient accumulates in
+place (no copy of the [vocab, hidden] buffer), and the loss backward's one-hot scatter is a
+pointwise. Structure is pinned; values are bounded against float64."""
 import logging
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.compiler import compile_aten, lowering
 from tdbg.compiler.config import current
 from tdbg.compiler.decompositions import decomposition_table
+from tdbg.compiler.errors import KernelRuntimeError
 
 aten = torch.ops.aten
 EPS = 2.0 ** -24
@@ -117,3 +119,81 @@ def test_accumulating_into_a_value_read_elsewhere_runs_through_aten():
     want[1] += vals[0].double() + vals[1].double()   # index 12 is masked off (and clamped)
     assert ((put.double() - want).abs() <= 2 * EPS * want.abs().max()).all()
     assert ((total.double() - (x.double() * 2).sum(0)).abs() <= 10 * EPS * (x.double() * 2).abs().sum(0)).all()
+
+
+def test_one_hot_scatter_is_a_pointwise_fused_into_the_loss_backward():
+    # nll_loss backward: a zero fill, a scatter of -1 at each row's target, times the grad weight
+    logp = torch.randn(16, 500).log_softmax(1)
+    target = torch.randint(0, 500, (16,))
+    target[3] = -100   # ignored row
+
+    def fn(logp, target):
+        return torch.ops.aten.nll_loss_backward(torch.tensor(1.0), logp, target, None, 1, -100, torch.tensor(15.0))
+    compiled = _compile(fn, logp, target)
+    calls = _call_lines(compiled)
+    assert not any("aten.scatter" in line for line in calls)
+    assert len(_kernels(compiled)) == 1
+    got = compiled(logp, target)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    want = torch.zeros(16, 500, dtype=torch.float64)
+    for row, t in enumerate(target.tolist()):
+        if t != -100:
+            want[row, t] = -1.0 / 15.0
+    assert ((got.double() - want).abs() <= EPS * want.abs()).all()
+
+
+def test_one_hot_scatter_rejects_an_index_out_of_range_like_aten():
+    x, index = torch.zeros(4, 10), torch.tensor([[1], [9], [0], [3]])
+
+    def fn(x, index):
+        return aten.scatter.value(x, 1, index, -1.0)
+    compiled = _compile(fn, x, index)
+    assert not any("aten.scatter" in line for line in _call_lines(compiled))
+    got = compiled(x, index)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert torch.equal(got, aten.scatter.value(x, 1, index, -1.0))
+    for bad in (10, -1):   # aten raises for both: a scatter index never wraps around
+        index[2, 0] = bad
+        with pytest.raises(RuntimeError):
+            aten.scatter.value(x, 1, index, -1.0)
+        with pytest.raises(KernelRuntimeError, match="out of bounds"):
+            compiled(x, index)
+
+
+def _tied_gradient(g, h, grad, ids):
+    # a tied embedding/decoder weight: the decoder's gradient (an mm) plus the embedding's scatter
+    return torch.mm(g.t(), h) + aten.embedding_dense_backward(grad, ids, 40, 0, False)
+
+
+def test_scatter_into_a_zero_fill_accumulates_into_the_added_gradient_in_place():
+    g, h = torch.randn(6, 40), torch.randn(6, 8)
+    grad, ids = torch.randn(1, 6, 8), torch.tensor([[0, 3, 3, 7, 39, 3]])
+    compiled = _compile(_tied_gradient, g, h, grad, ids)
+    calls = _call_lines(compiled)
+    mm = next(line for line in calls if "aten.mm" in line).split("=")[0].strip()
+    # the mm's own buffer takes the scatter, and is the result: no zero fill, no add kernel
+    assert any(line.strip().startswith(f"aten.index_put_.default({mm},") or f"= aten.index_put_.default({mm}," in line
+               for line in calls)
+    assert not any("fused_add" in k.split("(")[0] or "fused_full" in k.split("(")[0] for k in _kernels(compiled))
+    got = compiled(g, h, grad, ids)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    want = _tied_gradient(g.double(), h.double(), grad.double(), ids)
+    mag = g.double().abs().t() @ h.double().abs() + aten.embedding_dense_backward(grad.double().abs(), ids, 40, 0, False)
+    # 6-term mm sums, then up to 3 scatter adds: 9 roundings of terms bounded by `mag`
+    assert ((got.double() - want).abs() <= 9 * EPS * mag + 1e-30).all()
+
+
+def test_scatter_is_not_moved_onto_a_gradient_read_elsewhere():
+    g, h = torch.randn(6, 40), torch.randn(6, 8)
+    grad, ids = torch.randn(1, 6, 8), torch.tensor([[0, 3, 3, 7, 39, 3]])
+
+    def fn(g, h, grad, ids):
+        a = torch.mm(g.t(), h)
+        return a + aten.embedding_dense_backward(grad, ids, 40, 0, False), a
+    compiled = _compile(fn, g, h, grad, ids)
+    assert any("fused_add" in k.split("(")[0] for k in _kernels(compiled))
+    total, a = compiled(g, h, grad, ids)
+    assert torch.equal(a, torch.mm(g.t(), h))
+    want = fn(g.double(), h.double(), grad.double(), ids)[0]
+    mag = g.double().abs().t() @ h.double().abs() + aten.embedding_dense_backward(grad.double().abs(), ids, 40, 0, False)
+    assert ((total.double() - want).abs() <= 9 * EPS * mag + 1e-30).all()
