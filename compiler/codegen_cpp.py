@@ -27,6 +27,8 @@ from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
 from .trace import get_logger
 from .scheduler import kernel_threads
 
+BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
+
 log = get_logger("schedule")
 
 
@@ -456,6 +458,12 @@ class CppOps:
         return self.k.cse(f"tdbg_randn<{cpp_type(dtype)}>({seed}, {stream}, {offset})", dtype)
 
     def where(self, cond, a, b):
+        # A float select as a bit blend: g++ keeps `c ? a : b` a branch in these loops and then
+        # will not vectorize them (padded loads of EfficientNet's SiLU kernels ran scalar).
+        if a.dtype in BLEND_TYPES:
+            t = CPP_TYPES[a.dtype]
+            return self.k.cse(f"tdbg_detail::sel(static_cast<bool>({cond}), static_cast<{t}>({a}), "
+                              f"static_cast<{t}>({b}))", a.dtype)
         return self.k.cse(f"{cond} ? {a} : {b}", a.dtype)
 
     def masked(self, mask, body, other):

@@ -49,6 +49,7 @@ def test_planned_pad_is_branch_free_and_fused_with_batchnorm_and_silu():
     src = kernel_source(compiled, "constant_pad_nd")
     assert all(op in compiled.kernels[1] for op in ("sqrt", "sigmoid", "constant_pad_nd"))
     assert "if (" not in src                          # no masked load: the channel loop vectorizes
+    assert "tdbg_detail::sel(" in src and " ? " not in src   # the fill is a blend, not a branch g++ keeps
     assert "#pragma omp simd" in src
     assert "for (int64_t x3 = 0; x3 < 8; ++x3)" in src   # channels innermost (NHWC)
     assert "(x2 % 9)" in src and "(x1 % 9)" in src   # H and W read at a wrapped, in-bounds index
