@@ -22,7 +22,7 @@ BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
 # lowered has no generated code to break). tests/test_config.py pins it to lowering.LOWERINGS;
 # spelled out here so that reading the configuration stays torch-free.
 INJECTABLE_OPS = frozenset("""
-    _to_copy _unsafe_view abs acos acosh add alias all amax amin any arange argmax argmin as_strided
+    _to_copy _unsafe_masked_index_put_accumulate _unsafe_view abs acos acosh add alias all amax amin any arange argmax argmin as_strided
     asin asinh atan atan2 atanh bernoulli bitwise_and bitwise_left_shift bitwise_not bitwise_or
     bitwise_right_shift bitwise_xor cat ceil clamp clamp_max clamp_min clone constant_pad_nd
     convert_element_type copy copysign cos cosh detach div embedding eq erf erfc exp exp2 expand expm1
@@ -30,7 +30,7 @@ INJECTABLE_OPS = frozenset("""
     isnan le lgamma lift_fresh_copy log log10 log1p log2 logical_and logical_not logical_or
     logical_xor lt max maximum mean min minimum mul native_dropout native_dropout_backward ne neg permute pow prod
     rand rand_like randn randn_like reciprocal relu remainder
-    reshape round rsqrt scalar_tensor select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
+    reshape round rsqrt scalar_tensor scatter select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
     t tan tanh transpose trunc uniform unsqueeze var var_mean view where""".split())
 LOG_CHANNELS = ("compiler", "output_code", "schedule", "graph")
 

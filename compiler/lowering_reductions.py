@@ -159,8 +159,12 @@ def lower_masked_index_put_accumulate(g, node, x, mask, indices, values):
     size, dtype = tuple(values.size), x.dtype
     keep = operand(mask, size, torch.bool)
     vl = operand(values, size, dtype)
-    masked = g.realize(g.pointwise(node, size, dtype, lambda ops, i: ops.where(
-        keep(ops, i), vl(ops, i), ops.constant(0, dtype)), (mask, values)))
+    def accumulated(ops, i):
+        return ops.where(keep(ops, i), vl(ops, i), ops.constant(0, dtype))
+    bug = g.config.inject_bug
+    if bug is not None and optable.op_matches(bug[0], node.target):
+        accumulated = _inject(accumulated, bug[1], node)   # the values it adds are what it computes
+    masked = g.realize(g.pointwise(node, size, dtype, accumulated, (mask, values)))
     clamped = []
     for d, ix in enumerate(indices):
         il, n = ix.make_loader(), int(x.size[d])

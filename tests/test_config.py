@@ -38,7 +38,8 @@ def test_logs_spec_splits_verbose_channels():
 @pytest.mark.parametrize("var,value,needle", [
     ("TDBG_INJECT_BUG", "neg:boom", "TDBG_INJECT_BUG='neg:boom'"),
     ("TDBG_INJECT_BUG", "nge:accuracy", "TDBG_INJECT_BUG='nge:accuracy': inject_bug op 'nge' is not an op tdbg "
-                                        "lowers, so no generated code could break; ops: _to_copy, _unsafe_view, abs,"),
+                                        "lowers, so no generated code could break; ops: _to_copy, "
+                                        "_unsafe_masked_index_put_accumulate, _unsafe_view, abs,"),
     ("TDBG_CONFIG", '{"simdlenn": 0}', "TDBG_CONFIG='{\"simdlenn\": 0}': unknown config key(s) 'simdlenn'; keys: "
                                        "max_fusion_size, fusion, max_fusions,"),
     ("TDBG_CONFIG", "[0]", "TDBG_CONFIG='[0]': expected a JSON object of config fields, got list"),

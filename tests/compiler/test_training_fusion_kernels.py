@@ -197,3 +197,20 @@ def test_scatter_is_not_moved_onto_a_gradient_read_elsewhere():
     want = fn(g.double(), h.double(), grad.double(), ids)[0]
     mag = g.double().abs().t() @ h.double().abs() + aten.embedding_dense_backward(grad.double().abs(), ids, 40, 0, False)
     assert ((total.double() - want).abs() <= 9 * EPS * mag + 1e-30).all()
+
+
+@pytest.mark.parametrize("op,fn,inputs", [
+    ("scatter", lambda x, t: aten.scatter.value(x, 1, t.unsqueeze(1), -1.0),
+     (torch.zeros(4, 9), torch.tensor([1, 8, 0, 3]))),
+    ("_unsafe_masked_index_put_accumulate", lambda g, ids: aten.embedding_dense_backward(g, ids, 10, -1, False),
+     (torch.ones(1, 3, 2), torch.tensor([[2, 7, 2]]))),
+], ids=["scatter", "index_put_accumulate"])
+def test_the_training_scatters_are_injectable(op, fn, inputs):
+    """Each new lowering is in config.INJECTABLE_OPS, so an injected bug must change what it computes
+    (bisect and the tests of the debugging tools rely on it)."""
+    healthy = _compile(fn, *inputs)(*inputs)
+    broken = _compile(fn, *inputs, inject_bug=(op, "accuracy"))(*inputs)
+    healthy = healthy[0] if isinstance(healthy, (list, tuple)) else healthy
+    broken = broken[0] if isinstance(broken, (list, tuple)) else broken
+    assert torch.equal(healthy, fn(*inputs))
+    assert not torch.equal(broken, healthy)
