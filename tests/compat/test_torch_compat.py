@@ -259,6 +259,15 @@ def _check_higher_order(cls):
     assert isinstance(torch.ops.higher_order.cond, cls)
 
 
+def _check_record_function_fast(cls):
+    # a kernel's name shows up as its own row in torch.profiler
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        with cls("graph_0_cpp_fused_probe_0"):
+            torch.ones(2).add_(1)
+    assert any(e.key == "graph_0_cpp_fused_probe_0" for e in p.key_averages())
+
+
 def _check_storage_use_count(fn):
     # the output pool reuses a storage only when its own Python storage object is the one holder
     t = torch.ones(3)
@@ -357,7 +366,7 @@ CHECKS = {
     "OpOverload": _check_op_overload, "OpOverloadPacket": _check_op_overload_packet,
     "HigherOrderOperator": _check_higher_order, "storage_use_count": _check_storage_use_count,
     "AutoDispatchBelowADInplaceOrView": _check_below_autograd, "is_alias_of": _check_is_alias_of,
-    "has_kernel_for_dispatch_key": _check_has_kernel,
+    "has_kernel_for_dispatch_key": _check_has_kernel, "RecordFunctionFast": _check_record_function_fast,
     "elementwise_dtypes": _check_elementwise_dtypes, "ELEMENTWISE_TYPE_PROMOTION_KIND": _check_promotion_kind,
     "get_decompositions": _check_get_decompositions, "pytree": _check_pytree,
     # inductor_hooks
