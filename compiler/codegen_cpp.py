@@ -24,6 +24,7 @@ import torch
 from . import ops as optable
 from .ir import FloorDiv, ModIndex
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
+from .codegen_segments import MaskSegments
 from .trace import get_logger
 from .scheduler import kernel_threads
 
@@ -193,6 +194,7 @@ class CppKernel(ReductionCodegen):
         self.columns = []       # fused row+column reduction: codegen_reduction.ColumnAcc per column node
         self.producer = None    # an inner pointwise loop left open for the next reduction (Producer)
         self.group_reads = {name for n in group.nodes for name in n.read_names()}
+        self.segs = MaskSegments()   # innermost-loop segments of masked reads (codegen_segments)
 
     # -- statements -----------------------------------------------------------------------
     def emit(self, line):
@@ -350,20 +352,47 @@ class CppKernel(ReductionCodegen):
         return "\n".join(lines) + "\n"
 
     def loop_nest(self, ops):
-        """The group's outer loops around each node's statements (chunked when `group.lane`)."""
+        """The group's outer loops around each node's statements (chunked when `group.lane`; a
+        pointwise innermost loop with masked reads cut into segments, codegen_segments)."""
         self.lane = dataclasses.replace(self.group.lane, arrays={}) if self.group.lane else None
-        with self.loop_body() as (body, facts):
-            for node in self.group.nodes:
-                (self.reduction if node.is_reduction else self.pointwise)(node, ops)
-        self.block.lines.extend(body.lines)
         xvars = [f"x{i}" for i in range(len(self.group.ranges))]
+        pointwise = not any(n.inner or n.is_reduction for n in self.group.nodes)
+        if self.lane is None and pointwise and len(xvars) >= 2 and self.config.vectorize:
+            self.segs.watch(xvars[-1])
+        lines, facts = self._group_body(ops)
         loops = [Loop(v, s) for v, s in zip(xvars, self.group.ranges)]
         if self.lane is not None:
             loops[-1] = Loop(self.lane.base, self.lane.size, step=self.lane.chunk)
-        elif loops and not any(n.inner or n.is_reduction for n in self.group.nodes):
+        elif loops and pointwise:
+            segments = None if facts.reasons else self.segs.segments(self.group.ranges[-1])
+            if segments:
+                return self._segmented(ops, loops, segments)
             loops[-1].pragma = self.simd(f"{self.group.nodes[0].name} {loops[-1].var}", facts)
+        self.block.lines.extend(lines)
         self._parallelize(loops)
         return LoopNest(loops).render(self.block.lines)
+
+    def _group_body(self, ops):
+        """(statements, LoopFacts) of every node of the group, in a fresh loop body."""
+        with self.loop_body() as (body, facts):
+            for node in self.group.nodes:
+                (self.reduction if node.is_reduction else self.pointwise)(node, ops)
+        return body.lines, facts
+
+    def _segmented(self, ops, loops, segments):
+        """The outer loops around one innermost loop per segment, each with the body generated
+        for that segment (masks known there are constants, see codegen_segments)."""
+        inner, rendered = loops[-1], []
+        for lo, hi in segments:
+            self.stored, self.segs.segment = {}, (lo, hi)
+            lines, facts = self._group_body(ops)
+            loop = Loop(inner.var, hi, start=str(lo))
+            loop.pragma = self.simd(f"{self.group.nodes[0].name} {inner.var} in [{lo}, {hi})", facts)
+            rendered += LoopNest([loop]).render(lines)
+        self.segs.segment = None
+        outer = loops[:-1]
+        self._parallelize(outer)
+        return LoopNest(outer).render(self.block.lines + rendered)
 
     def _parallelize(self, loops):
         work = math.prod(self.group.ranges) * max([math.prod(n.rranges) for n in self.group.nodes] + [1])
@@ -427,10 +456,39 @@ class CppOps:
         return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", dtype)
 
     def constant(self, value, dtype):
-        return CppVar(constant(value, dtype), dtype)
+        var = CppVar(constant(value, dtype), dtype)
+        self.k.segs.note_constant(var.name, value, dtype)
+        return var
 
     def index_expr(self, expr, dtype):
-        return self.k.cse(f"static_cast<{cpp_type(dtype)}>({cexpr(expr)})", dtype)
+        var = self.k.cse(f"static_cast<{cpp_type(dtype)}>({cexpr(expr)})", dtype)
+        self.k.segs.note_index(var.name, expr)
+        return var
+
+    # comparisons of the innermost index with constants: known inside a loop segment
+    def _compare(self, op, a, b):
+        known = self.k.segs.compare(op, a, b)
+        return self.__getattr__(op)(a, b) if known is None else self.constant(known, torch.bool)
+
+    def lt(self, a, b):
+        return self._compare("lt", a, b)
+
+    def le(self, a, b):
+        return self._compare("le", a, b)
+
+    def gt(self, a, b):
+        return self._compare("gt", a, b)
+
+    def ge(self, a, b):
+        return self._compare("ge", a, b)
+
+    def logical_and(self, a, b):
+        for x, y in ((a, b), (b, a)):
+            if x.name == "false":
+                return x
+            if x.name == "true" and y.dtype == torch.bool:
+                return y
+        return self.__getattr__("logical_and")(a, b)
 
     def to_dtype(self, x, dtype):
         if x.dtype == dtype:
@@ -458,6 +516,8 @@ class CppOps:
         return self.k.cse(f"tdbg_randn<{cpp_type(dtype)}>({seed}, {stream}, {offset})", dtype)
 
     def where(self, cond, a, b):
+        if str(cond) in ("true", "false") and a.dtype == b.dtype:
+            return a if str(cond) == "true" else b
         # A float select as a bit blend: g++ keeps `c ? a : b` a branch in these loops and then
         # will not vectorize them (padded loads of EfficientNet's SiLU kernels ran scalar).
         if a.dtype in BLEND_TYPES:
@@ -467,6 +527,12 @@ class CppOps:
         return self.k.cse(f"{cond} ? {a} : {b}", a.dtype)
 
     def masked(self, mask, body, other):
+        if str(mask) == "true":      # a loop segment where the mask holds: no branch
+            return body()
+        if str(mask) == "false":     # ... or never holds: the body only gives the result's dtype
+            with self.k.child_block():
+                dtype = body().dtype
+            return self.to_dtype(other, dtype)
         with self.k.child_block() as inner:
             inner.last_origin = self.k.block.parent.last_origin
             value = body()

@@ -43,52 +43,63 @@ def lower_cat(g, node, tensors, dim=0):
 
 @register_lowering(aten.constant_pad_nd)
 def lower_pad(g, node, x, pad, value=0):
-    """Padding as a masked read of `x`. When no padded dim is the innermost one in memory (an
-    NHWC image padded in H and W), the read is branch-free: the source index wraps into range
-    (ModIndex, so the load stays in bounds) and `where` picks the pad value, so the loop over
-    the innermost dim vectorizes (a masked load is an `if` that g++ refuses to vectorize: an
-    EfficientNet-b0 pad+SiLU kernel ran scalar, ~50 ns per element). Padding the innermost dim
-    keeps the masked load: a wrapped index there would cost a modulo per element."""
+    """Padding as a read of `x` that picks the pad value outside it. Padded dims other than
+    the innermost one in memory (H and W of an NHWC image, H of an NCHW one) are read
+    branch-free: the source index wraps into range (ModIndex, computed outside the innermost
+    loop, so the load stays in bounds) and `where` picks the pad value, so the loop over the
+    innermost dim vectorizes (a masked load is an `if` that g++ refuses to vectorize: an
+    EfficientNet-b0 pad+SiLU kernel ran scalar, ~50 ns per element). A padded innermost dim
+    keeps a masked read (a wrapped index there would cost a modulo per element): its mask
+    compares the innermost loop variable with constants, so codegen cuts that loop into
+    mask-free segments (codegen_segments)."""
     size, out_dtype = _out(node)
     load, nd = x.make_loader(), len(size)
     before = {nd - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
-    wraps = _pad_wraps(g, node, x, before, {nd - 1 - k // 2 for k in range(len(pad)) if pad[k] != 0})
+    padded = {nd - 1 - k // 2 for k in range(len(pad)) if pad[k] != 0}
+    inner, wraps = _pad_wraps(g, node, x, before, padded)
+
+    def in_range(ops, src, dims):
+        masks = []
+        for d in dims:
+            masks.append(ops.ge(ops.index_expr(src[d], torch.int64), ops.constant(0, torch.int64)))
+            masks.append(ops.lt(ops.index_expr(src[d], torch.int64), ops.constant(x.size[d], torch.int64)))
+        return functools.reduce(ops.logical_and, masks) if masks else None
 
     def fn(ops, index):
         src = [index[d] - before.get(d, 0) for d in range(nd)]
-        masks = []
-        for d, p in before.items():
-            masks.append(ops.ge(ops.index_expr(src[d], torch.int64), ops.constant(0, torch.int64)))
-            masks.append(ops.lt(ops.index_expr(src[d], torch.int64), ops.constant(x.size[d], torch.int64)))
-        if not masks:
-            return ops.to_dtype(load(ops, src), out_dtype)
-        mask = functools.reduce(ops.logical_and, masks)
-        if wraps is not None:
-            inside = [ir.ModIndex(index[d] + wraps[d], x.size[d]) if d in wraps else src[d] for d in range(nd)]
-            return ops.where(mask, ops.to_dtype(load(ops, inside), out_dtype), ops.constant(value, out_dtype))
-        return ops.masked(mask, lambda: ops.to_dtype(load(ops, src), out_dtype), ops.constant(value, out_dtype))
+        if wraps is None:
+            mask = in_range(ops, src, list(before))
+            read = lambda: ops.to_dtype(load(ops, src), out_dtype)   # noqa: E731
+            return read() if mask is None else ops.masked(mask, read, ops.constant(value, out_dtype))
+        inside = [ir.ModIndex(index[d] + wraps[d], x.size[d]) if d in wraps else src[d] for d in range(nd)]
+        outer = in_range(ops, src, [d for d in before if d != inner])
+
+        def read():
+            v = ops.to_dtype(load(ops, inside), out_dtype)
+            return v if outer is None else ops.where(outer, v, ops.constant(value, out_dtype))
+        mask = in_range(ops, src, [inner] if inner in padded else [])
+        return read() if mask is None else ops.masked(mask, read, ops.constant(value, out_dtype))
     return g.pointwise(node, size, out_dtype, fn, (x,))
 
 
-def _pad_wraps(g, node, x, before, padded) -> dict | None:
-    """{padded dim: the shift that makes `index + shift` a non-negative number congruent to the
-    source index modulo the input's size}, when the branch-free form applies (see lower_pad):
-    the padded dims are non-empty and none is the innermost dim of the layout the result is
-    realized in (its loops run in that layout's memory order)."""
+def _pad_wraps(g, node, x, before, padded) -> tuple:
+    """(innermost dim, {padded dim other than it: the shift that makes `index + shift` a
+    non-negative number congruent to the source index modulo the input's size}); the dict is
+    None when the wrapped form does not apply (an empty padded dim, a 0-d result). The innermost
+    dim is that of the layout the result is realized in (its loops run in that memory order)."""
     val = node.meta.get("val")
     if not padded or not isinstance(val, torch.Tensor) or any(x.size[d] == 0 for d in padded):
-        return None
+        return None, None
     stride = g._output_stride(node) or ir.contiguous_strides(val.shape)
     dims = [d for d in range(val.dim()) if val.shape[d] != 1]
     if not dims:
-        return None
+        return None, None
     innermost = min(dims, key=lambda d: (stride[d], -d))
     if g.planned and node.users and all(u.target is aten.clone.default and u.kwargs.get("memory_format") is
                                         torch.channels_last for u in node.users):
         innermost = 1   # read only by layout.py's conversion to channels_last: looped channels innermost
-    if innermost in padded:
-        return None
-    return {d: -(-max(before[d], 0) // int(x.size[d])) * int(x.size[d]) - before[d] for d in padded}
+    return innermost, {d: -(-max(before[d], 0) // int(x.size[d])) * int(x.size[d]) - before[d]
+                       for d in padded if d != innermost}
 
 
 @register_lowering(aten.embedding)

@@ -56,13 +56,18 @@ def test_planned_pad_is_branch_free_and_fused_with_batchnorm_and_silu():
     assert "tdbg_sigmoid" in src and src.count("in_ptr0[") == 1   # the BN value is loaded once
 
 
-def test_pad_of_innermost_dim_keeps_masked_load():
-    """Unplanned NCHW: W is the innermost loop, where a wrapped index would be a modulo per element."""
+def test_pad_of_innermost_dim_is_cut_into_segments():
+    """Unplanned NCHW: H is read at a wrapped index (computed per row), and W, the innermost loop,
+    where a wrapped index would be a modulo per element, is cut at the pad: [0, 9) reads with no
+    branch, [9, 10) is the pad value (codegen_segments)."""
     inputs = padded_inputs()
     compiled = compile_fn(padded_block, *inputs, layout_optimization=False)
     check(padded_block, compiled, *inputs)
     src = kernel_source(compiled, "constant_pad_nd")
-    assert "if (" in src and "%" not in src
+    interior = src[src.index("for (int64_t x3 = 0; x3 < 9; ++x3)"):src.index("for (int64_t x3 = 9; x3 < 10; ++x3)")]
+    assert "if (" not in interior and "(x2 % 9)" in interior and "tdbg_detail::sel(" in interior
+    pad = src[src.index("for (int64_t x3 = 9; x3 < 10; ++x3)"):]
+    assert "in_ptr" not in pad and "] = static_cast<float>(0.0);" in pad   # the pad column: stores only
 
 
 def test_wrapped_pad_with_crop_and_value_is_exact():
