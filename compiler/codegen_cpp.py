@@ -484,9 +484,9 @@ class CppOps:
 
     def logical_and(self, a, b):
         for x, y in ((a, b), (b, a)):
-            if x.name == "false":
+            if str(x) == "false":
                 return x
-            if x.name == "true" and y.dtype == torch.bool:
+            if str(x) == "true" and getattr(y, "dtype", None) == torch.bool:
                 return y
         return self.__getattr__("logical_and")(a, b)
 

@@ -113,8 +113,8 @@ def lower_embedding(g, node, weight, indices, *_, **__):
     return g.pointwise(node, size, out_dtype, fn, (weight, indices))
 
 
-@register_lowering(aten.index_select)
-def lower_index_select(g, node, x, dim, index_t):
+def _lower_indexed(g, node, x, dim, index_t, positions):
+    """`x` read along `dim` at the index `index_t` holds at `positions(index)` (bounds-checked)."""
     size, out_dtype = _out(node)
     dim = dim % max(len(x.size), 1)
     xl, il = x.make_loader(), index_t.make_loader()
@@ -122,20 +122,16 @@ def lower_index_select(g, node, x, dim, index_t):
     def fn(ops, index):
         index = list(index)
         if x.size:
-            index[dim] = _indirect(ops, il, [index[dim]] if index_t.size else [], x.size[dim])
+            index[dim] = _indirect(ops, il, positions(index, dim), x.size[dim])
         return xl(ops, index)
     return g.pointwise(node, size, out_dtype, fn, (x, index_t))
+
+
+@register_lowering(aten.index_select)
+def lower_index_select(g, node, x, dim, index_t):
+    return _lower_indexed(g, node, x, dim, index_t, lambda index, d: [index[d]] if index_t.size else [])
 
 
 @register_lowering(aten.gather)
 def lower_gather(g, node, x, dim, index_t, sparse_grad=False):
-    size, out_dtype = _out(node)
-    dim = dim % max(len(x.size), 1)
-    xl, il = x.make_loader(), index_t.make_loader()
-
-    def fn(ops, index):
-        index = list(index)
-        if x.size:
-            index[dim] = _indirect(ops, il, list(index), x.size[dim])
-        return xl(ops, index)
-    return g.pointwise(node, size, out_dtype, fn, (x, index_t))
+    return _lower_indexed(g, node, x, dim, index_t, lambda index, d: list(index))
