@@ -76,6 +76,8 @@ class Cell:
     bandwidth_fraction: Optional[float] = None
     error: Optional[str] = None
     mismatches: list = field(default_factory=list)
+    # checks passed only within eager's own spread on one-ulp perturbed problems (models.py)
+    within_spread: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- backends

@@ -1,7 +1,8 @@
-"""The model zoo's training check (benchmarks/models.py gradient_mismatches, run_training): the
-tensor-level rule passes an error spread like eager's that `compare`'s worst-element rule flags,
-and still flags a gradient off in one channel or one element; a checked training run throws no
-step away."""
+"""The model zoo's training check (benchmarks/models.py gradient_mismatches, eager_spread,
+run_training): the tensor-level rule passes an error spread like eager's that `compare`'s
+worst-element rule flags, and a ReLU input that a different summation order puts on the other
+side of the kink when eager's own one-ulp perturbed steps do too; it still flags a gradient off
+in one channel or one element; a checked training run throws no step away."""
 import importlib.util
 import os
 import sys
@@ -36,15 +37,73 @@ def test_spread_error_like_eagers_passes_where_the_worst_element_rule_flags(m):
     eager = (loss, _grads([1 + 1e-4] * 100))
     spread = (loss, _grads([1 + 5e-4] * 4 + [1.0] * 96))
     assert [mm.output for mm in compare(eager, spread, ref)] == ["out[1]['w']"]
-    assert m.gradient_mismatches(eager, spread, ref) == []
+    assert m.gradient_mismatches(eager, spread, ref) == ([], [])
     # the same error norm, 2.5x eager's (five elements off by 1e-3): flagged, with both figures
     worse = (loss, _grads([1 + 1e-3] * 5 + [1.0] * 95))
-    (mm,) = m.gradient_mismatches(eager, worse, ref)
+    (mm,), within = m.gradient_mismatches(eager, worse, ref)
     assert mm.output == "out[1]['w']" and mm.message.endswith("= 2.2x eager's 0.001 (tensor rule <= 2x)")
     # the loss keeps the worst-element rule; without a float64 reference, compare's verdict stands
     wrong_loss = (torch.tensor(2.001), spread[1])
-    assert [mm.output for mm in m.gradient_mismatches(eager, wrong_loss, ref)] == ["out[0]"]
-    assert [mm.output for mm in m.gradient_mismatches(eager, spread, None)] == ["out[1]['w']"]
+    assert [mm.output for mm in m.gradient_mismatches(eager, wrong_loss, ref)[0]] == ["out[0]"]
+    assert [mm.output for mm in m.gradient_mismatches(eager, spread, None)[0]] == ["out[1]['w']"]
+
+
+def test_one_ulp_moves_each_float_element_by_at_most_one_ulp_and_leaves_ints(m):
+    t = torch.tensor([1.0, -2.0, 0.0, 3e-8] * 25)
+    moved = m.one_ulp(t, torch.Generator().manual_seed(0))
+    up, down = torch.nextafter(t, torch.tensor(9.0)), torch.nextafter(t, torch.tensor(-9.0))
+    assert bool(((moved == t) | (moved == up) | (moved == down)).all())
+    assert bool((moved == up).any()) and bool((moved == down).any()) and bool((moved == t).any())
+    ids = torch.arange(5)
+    assert m.one_ulp(ids, torch.Generator().manual_seed(0)) is ids
+
+
+class Kink(torch.nn.Module):
+    """Two ReLU units over three features, each pre-activation summed term by term in `order`;
+    loss = sum(relu(h) * v). With x = [1, -1, 2e-8] and unit weights, unit 0's pre-activation is
+    2e-8 summed left to right (float64's sign) and exactly 0 right to left (-1 + 2e-8 rounds to
+    -1): the same model, another summation order, the other side of the kink."""
+
+    def __init__(self, order):
+        super().__init__()
+        self.order = order
+        self.w = torch.nn.Parameter(torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.25, 1.0]]))
+        self.v = torch.nn.Parameter(torch.tensor([1.5, -0.5]))
+
+    def forward(self, x):
+        h = []
+        for row in self.w:
+            terms = [x[i] * row[i] for i in self.order]
+            h.append(terms[0] + terms[1] + terms[2])
+        return (torch.relu(torch.stack(h)) * self.v).sum()
+
+
+_KINK_X = torch.tensor([1.0, -1.0, 2e-8])
+
+
+def test_kink_flip_passes_within_eagers_perturbed_spread_a_wrong_gradient_does_not(m):
+    """Right-to-left summation masks unit 0's gradient (float64 and eager keep it): `compare` and
+    the eager-error rule flag w; eager's own steps on one-ulp perturbed problems flip it too, so
+    the spread rule passes it and says so. A gradient off by 1e-3 in one element of v is beyond
+    that spread and stays flagged; perturbed steps are made only when and as far as needed."""
+    initial = Kink((0, 1, 2))
+    ref = m.gradients(Kink((0, 1, 2)).double(), [_KINK_X.double()])
+    eager = m.gradients(initial, [_KINK_X])
+    flipped = m.gradients(Kink((2, 1, 0)), [_KINK_X])
+    assert eager[1]["w"][0, :2].tolist() == [1.5, -1.5]
+    assert flipped[1]["w"][0].tolist() == [0.0, 0.0, 0.0]
+    spread = m.EagerSpread(initial, [_KINK_X], ref)
+    assert [mm.output for mm in m.gradient_mismatches(eager, flipped, ref)[0]] == ["out[1]['w']"]
+    assert m.gradient_mismatches(eager, eager, ref, spread) == ([], []) and spread.runs == 0
+    mismatches, within = m.gradient_mismatches(eager, flipped, ref, spread)
+    assert mismatches == [] and spread.runs == m.SPREAD_ROUNDS[0]
+    assert len(within) == 1 and within[0].startswith("w: error norm 2.12 = 1.00x the largest of 4 one-ulp")
+    # a gradient off by 1e-3 in one element: every round is made, and it is still wrong
+    wrong_v = (flipped[0], dict(flipped[1], v=flipped[1]["v"] + torch.tensor([1e-3, 0.0])))
+    (mm,), within = m.gradient_mismatches(eager, wrong_v, ref, spread)
+    assert mm.output == "out[1]['v']" and spread.runs == m.SPREAD_ROUNDS[-1]
+    assert f"the largest of {m.SPREAD_ROUNDS[-1]} one-ulp perturbed eager steps" in mm.message
+    assert [w.split(":")[0] for w in within] == ["w"]
 
 
 class BNNet(torch.nn.Module):
