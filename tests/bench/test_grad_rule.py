@@ -1,4 +1,4 @@
-"""The model zoo's training check (benchmarks/models.py gradient_mismatches, eager_spread,
+"""The model zoo's training check (benchmarks/models.py gradient_mismatches, EagerSpread,
 run_training): the tensor-level rule passes an error spread like eager's that `compare`'s
 worst-element rule flags, and a ReLU input that a different summation order puts on the other
 side of the kink when eager's own one-ulp perturbed steps do too; it still flags a gradient off
