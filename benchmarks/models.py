@@ -250,6 +250,11 @@ def one_ulp(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.nextafter(t, t + step * math.inf).where(step != 0, t)
 
 
+def error_norm(t: torch.Tensor, reference: torch.Tensor) -> float:
+    """||t - reference||_2, in float64."""
+    return float((t.detach().double() - reference.detach().double()).norm())
+
+
 class EagerSpread:
     """How far eager's own gradients land from float64 when the problem moves by a rounding
     error: per parameter, the largest error norm against `reference` (float64 (loss, gradients))
@@ -274,8 +279,7 @@ class EagerSpread:
             _, grads = gradients(net, [one_ulp(x, g) if isinstance(x, torch.Tensor) else x for x in self.inputs])
             for name, grad in grads.items():
                 if name in self.reference[1]:
-                    err = float((grad.double() - self.reference[1][name].double()).norm())
-                    self.worst[name] = max(self.worst.get(name, 0.0), err)
+                    self.worst[name] = max(self.worst.get(name, 0.0), error_norm(grad, self.reference[1][name]))
             self.runs += 1
         self.wall_s, self.cpu_s = self.wall_s + time.perf_counter() - t0, self.cpu_s + time.process_time() - c0
         return self.worst
@@ -311,8 +315,7 @@ def gradient_mismatches(expected: tuple, actual: tuple, reference: Optional[tupl
                 or not (e.shape == a.shape == r.shape):
             kept.append(m)
             continue
-        r64 = r.detach().double()
-        err, eager_err = float((a.double() - r64).norm()), float((e.double() - r64).norm())
+        err, eager_err = error_norm(a, r), error_norm(e, r)
         atol = TOLERANCES.get(e.dtype, (1e-5, 1e-5))[1]
         if not (math.isfinite(err) and err <= GRAD_NORM_MULTIPLIER * eager_err + atol):
             pending.append((m, name, err, eager_err, atol))
