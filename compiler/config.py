@@ -59,7 +59,7 @@ class Config:
     min_chunk_size: int = 4096         # least work (elements) before a loop goes parallel
     num_threads: int = 0               # 0 = torch.get_num_threads()
     enable_kernel_profile: bool = False  # kernels show up by name in torch.profiler
-    # wrapper: large outputs (and intermediates >= 32 MB) reuse an earlier call's storage once
+    # wrapper: outputs and intermediates of >= 1 MB reuse an earlier call's storage once
     # nothing can observe it (no page faults on fresh memory); off = a fresh allocation per call
     reuse_outputs: bool = True
     # build

@@ -211,14 +211,14 @@ def test_concurrent_calls_never_share_an_output(add):
 
 
 def test_large_intermediates_share_arena_slots_and_extern_results_use_out_overloads():
-    """relu -> cumsum (aten) -> sigmoid -> cumsum -> sum, all 32 MB but the sum: the two kernel
-    intermediates share one arena slot, the two aten results another (through cumsum.out)."""
+    """relu -> cumsum (aten) -> sigmoid -> cumsum -> sum, all ARENA_MIN_BYTES but the sum: the two
+    kernel intermediates share one arena slot, the two aten results another (through cumsum.out)."""
     def f(a):
         return torch.cumsum(torch.sigmoid(torch.cumsum(torch.relu(a), 1)), 1).sum(1)
     a = torch.randn(ARENA_MIN_BYTES // 4 // 1024, 1024)
     compiled = compile_fn(f, a)
     src = compiled.source_code
-    assert "_BufferPool([33554432, 33554432])" in src
+    assert f"_BufferPool([{ARENA_MIN_BYTES}, {ARENA_MIN_BYTES}])" in src
     assert src.count("aten.cumsum.out(") == 2 and src.count("slot=0)") == 2 and src.count("slot=1)") == 2
     torch.testing.assert_close(compiled(a), f(a))
     storages = {id(s) for entries in compiled._call.pool._slots for s, _ in entries}
