@@ -340,6 +340,7 @@ def _join_columns(group, node, config):
 
 # chunked outer reductions: least contiguous run per reduction step, largest chunk (stack arrays)
 MIN_CHUNK, MAX_CHUNK = 512, 4096
+LANE_QUANTUM = 16   # a chunk of a kept dim shorter than MIN_CHUNK: a multiple of 16 lanes (a 64-byte line)
 
 
 # reductions whose accumulation vectorizes (an OpenMP reduction clause); a scalar one (argmax,
@@ -410,27 +411,35 @@ class Lane:
 
 def plan_lanes(group: KernelGroup, config):
     """A Lane when `group` reduces over a non-contiguous dim while its last kept dim is the
-    contiguous one in what the reductions read (x.sum(0), mean over a middle dim), else None."""
+    contiguous one in what the reductions read (x.sum(0), mean over a middle dim), else None.
+    Reads disagree when inputs come in two layouts (ConvNeXt's layer-scale gradient multiplies an
+    NCHW by an NHWC tensor and sums over N, H, W): the order that reads more of them contiguously
+    wins, rows on a tie. A chunk keeps the strided reads' cache lines in use across the
+    reduction steps; the row order streams every strided input once per kept element."""
     ranges, nodes = group.ranges, group.nodes
     if not ranges or ranges[-1] < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
         return None
     x = ir.index_var("x", len(ranges) - 1)
-    outer = False
+    along_rows = along_lanes = 0
     for n in (n for n in nodes if n.is_reduction):
         rvars = [v for v in n.rindex if v.is_Symbol]
         for idx in (i for idxs in n.reads.values() for i in idxs):
             if not rvars or rvars[-1] not in idx.free_symbols:
                 continue
             if _coefficient(idx, rvars[-1]) == 1:
-                return None
-            outer = outer or _coefficient(idx, x) == 1
-    if not outer:
+                along_rows += 1
+            elif _coefficient(idx, x) == 1:
+                along_lanes += 1
+    if along_lanes <= along_rows:
         return None
     size, threads = ranges[-1], kernel_threads(config)
     chunk = min(size, MAX_CHUNK)
-    if size > MIN_CHUNK and math.prod(ranges[:-1]) < threads:
-        # split the kept dim between the threads, in runs of at least MIN_CHUNK elements
-        chunk = min(MAX_CHUNK, max(MIN_CHUNK, (-(-size // threads) + 15) // 16 * 16), size)
+    if size >= 2 * LANE_QUANTUM and math.prod(ranges[:-1]) < threads:
+        # split the kept dim between the threads, in runs of at least MIN_CHUNK elements where it
+        # has that many (else one chunk of 96 channels would run the whole kernel on one thread)
+        least = MIN_CHUNK if size > MIN_CHUNK else LANE_QUANTUM
+        per_thread = -(-size // threads)
+        chunk = min(MAX_CHUNK, max(least, -(-per_thread // LANE_QUANTUM) * LANE_QUANTUM), size)
     log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", group.writes, chunk, len(ranges) - 1)
     return Lane(f"x{len(ranges) - 1}", size, chunk)
 
