@@ -100,7 +100,7 @@ class GraphLowering(torch.fx.Interpreter):
         self._inputs = iter(example_inputs)
         self.output_nodes = set()
         self.current_node = None
-        # layout.py planned some strides: buffers in a planned layout loop in its memory order
+        # layout.py planned some strides (pads read only by its channels_last conversion loop NHWC)
         self.planned = any(n.meta.get("tdbg_layout") for n in gm.graph.nodes)
 
     # -- naming and buffers ---------------------------------------------------------------
@@ -125,14 +125,16 @@ class GraphLowering(torch.fx.Interpreter):
 
     def _materialize(self, data, size, stride=None):
         layout = FixedLayout.contiguous(size, data.dtype)
-        if stride is not None:
+        if stride is not None and len(stride) == len(size):   # a node's stride, not one of its partial reductions'
             cand = FixedLayout(tuple(int(s) for s in size), tuple(int(s) for s in stride), data.dtype)
             layout = cand if cand.is_dense() else layout
         buf = self.register(ComputedBuffer(self.new_name(), layout, data))
-        if self.planned:
-            order = memory_order(layout)
-            moved = [d for d in order if layout.size[d] != 1]
-            buf.loop_order = order if moved != sorted(moved) else None
+        # loops run in the buffer's memory order: a planned layout, and also strides a training
+        # graph fixed (ConvNeXt's channels_last residual stream, a saved activation) — looped
+        # in logical order, every store and every same-layout read was strided
+        order = memory_order(layout)
+        moved = [d for d in order if layout.size[d] != 1]
+        buf.loop_order = order if moved != sorted(moved) else None
         self.operations.append(buf)
         return buf
 

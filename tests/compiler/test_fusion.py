@@ -45,7 +45,11 @@ def test_permute_feeding_add_is_an_index_remap():
     compiled = compile_fn(lambda x, y: x.permute(1, 0) + y, x, y)
     assert compiled.kernels == ["cpp_fused_add_0"]
     assert "permute" in compiled.lowered_nodes
-    assert "[(x0 + (5*x1))]" in kernel_source(compiled)   # x read through the permuted strides
+    # the output takes eager's strides, x's layout (1, 5): the loops run in that memory order,
+    # so x is read and the result stored contiguously, y through the permuted index
+    src = kernel_source(compiled)
+    assert "in_ptr0[(x1 + (5*x0))]" in src and "out_ptr0[(x1 + (5*x0))]" in src and "in_ptr1[(x0 + (8*x1))]" in src
+    assert compiled(x, y).stride() == (1, 5)
     assert allocations(compiled) == 1
 
 

@@ -214,3 +214,48 @@ def test_the_training_scatters_are_injectable(op, fn, inputs):
     broken = broken[0] if isinstance(broken, (list, tuple)) else broken
     assert torch.equal(healthy, fn(*inputs))
     assert not torch.equal(broken, healthy)
+
+
+def test_a_sum_over_an_nchw_times_nhwc_product_runs_chunked_along_the_channels():
+    """ConvNeXt's layer-scale gradient: sum over N, H, W of an NCHW gradient times an NHWC
+    activation, fused with the column sum of the NHWC bias gradient. Two of the three reads are
+    contiguous along the channels, so the kernel runs chunked (the channel loop innermost)
+    instead of reading the NHWC tensor at a stride of C once per channel."""
+    n, c, hw = 2, 96, 12
+    g = torch.randn(n, c, hw, hw)                                             # NCHW
+    a = torch.randn(n, hw, hw, c).permute(0, 3, 1, 2)                         # NHWC strides
+    b = torch.randn(n * hw * hw, c)
+
+    def fn(g, a, b):
+        return (g * a).sum((0, 2, 3)), b.sum(0)
+    compiled = _compile(fn, g, a, b)
+    (kernel,) = _kernels(compiled)
+    assert "x0c += " in kernel and "for (int64_t x0 = 0; x0 < 96; ++x0)" not in kernel
+    prod, col = compiled(g, a, b)
+    want = (g.double() * a.double()).sum((0, 2, 3))
+    mag = (g.double() * a.double()).abs().sum((0, 2, 3))
+    terms = n * hw * hw
+    assert ((prod.double() - want).abs() <= (terms + 1) * EPS * mag).all()
+    assert ((col.double() - b.double().sum(0)).abs() <= terms * EPS * b.double().abs().sum(0)).all()
+
+
+def test_a_channels_last_output_of_a_training_graph_loops_in_memory_order():
+    """ConvNeXt's residual `x + gamma * y` on channels_last activations: AOTAutograd fixes the
+    saved output's strides to eager's (NHWC). The kernel loops in that memory order (channels
+    innermost, every access unit-stride), not in logical order with every access at stride C."""
+    n, c, h = 2, 32, 6
+    x, y = (torch.randn(n, h, h, c).permute(0, 3, 1, 2) for _ in range(2))
+    gamma = torch.randn(c)
+
+    def fn(x, y, gamma):
+        return x + gamma.view(1, c, 1, 1) * y
+    compiled = _compile(fn, x, y, gamma)
+    (kernel,) = _kernels(compiled)
+    inner = kernel[kernel.rindex("for (int64_t "):].split()[2]        # the innermost loop variable
+    assert f"for (int64_t {inner} = 0; {inner} < {c}; ++{inner})" in kernel
+    assert f"out_ptr0[({inner} + " in kernel and f"in_ptr0[({inner} + " in kernel
+    got = compiled(x, y, gamma)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.stride() == (h * h * c, 1, h * c, c)
+    want = x.double() + gamma.double().view(1, c, 1, 1) * y.double()
+    assert ((got.double() - want).abs() <= 2 * EPS * (x.double().abs() + (gamma.double().view(1, c, 1, 1) * y.double()).abs())).all()
