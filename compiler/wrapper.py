@@ -340,19 +340,23 @@ class WrapperCodegen:
 
     def _extern_call(self, item: ExternNode):
         kernel = item.kernel
-        args = [self._expr(a) for a in kernel.args] + [f"{k}={self._expr(v)}" for k, v in kernel.kwargs.items()]
-        target, depth = kernel.target, 2
-        if kernel.name in self.pool_slots:   # a pooled result: the op writes it through its out= overload
+        call_args, call_kwargs = kernel.args, kernel.kwargs
+        target, depth, pooled = kernel.target, 2, kernel.name in self.pool_slots
+        if pooled:   # a pooled result: the op writes it through its out= overload
             self._alloc(kernel.name, None)
             target, depth = self.out_variants[kernel.name], 3
-            args.append(f"out={kernel.name}")
             # below autograd: out= refuses inputs that require grad, which a graph's callers may pass
             self.line("with _below_autograd():")
         expr = _target_expr(target)
         if expr.startswith("aten."):
-            binding = python_binding(target, kernel.args, kernel.kwargs, out=kernel.name in self.pool_slots)
+            binding = python_binding(target, call_args, call_kwargs, out=pooled)
+            if binding is not None:   # the binding gets no omitted argument (its defaults may differ)
+                call_args, call_kwargs = with_defaults(target, call_args, call_kwargs)
             key = expr[len("aten."):]
             self.aten_calls[key] = binding if self.aten_calls.get(key, binding) == binding else None
+        args = [self._expr(a) for a in call_args] + [f"{k}={self._expr(v)}" for k, v in call_kwargs.items()]
+        if pooled:
+            args.append(f"out={kernel.name}")
         self.line(f"{kernel.name} = {expr}({', '.join(args)})  # FX: {kernel.node.name}", depth)
         for out in kernel.outputs:
             if out.expr != out.name:
@@ -475,15 +479,48 @@ def _binds(schema, kinds: list, keywords: dict) -> bool:
     return all(_may_bind(kind, str(p.type)) for kind, p in pairs)
 
 
+_LITERALS = (type(None), bool, int, float, str)
+
+
+def with_defaults(target, args, kwargs: dict):
+    """(args, kwargs) of a call of aten overload `target` with every omitted argument (but `out`)
+    given its schema default explicitly: positional ones in order while no positional one went
+    by name, the others by name. None when a default is not a plain literal. A builtin's own
+    defaults need not be the schema's: `torch.binary_cross_entropy_with_logits(x, t)` returns
+    the unreduced loss, the overload's `reduction` defaults to the mean."""
+    params = [p for p in target._schema.arguments if not p.is_out]
+    args, kwargs = list(args), dict(kwargs)
+    by_position = not any(p.name in kwargs for p in params if not p.kwarg_only)
+    for p in params[len(args):]:
+        if p.name in kwargs:
+            continue
+        if not p.has_default_value():
+            return None
+        value = p.default_value
+        if not (isinstance(value, _LITERALS) or isinstance(value, (list, tuple))
+                and all(isinstance(v, _LITERALS) for v in value)):
+            return None
+        if by_position and not p.kwarg_only:
+            args.append(list(value) if isinstance(value, tuple) else value)
+        else:
+            kwargs[p.name] = list(value) if isinstance(value, tuple) else value
+    return args, kwargs
+
+
 def python_binding(target, args, kwargs: dict, out: bool = False):
     """The name `op` when `torch.op`, a C++ builtin, runs exactly `target` (an aten OpOverload)
-    for a call with `args`/`kwargs` (IR values as tensors; `out` adds an `out=` tensor): no other
+    for a call with `args`/`kwargs` (IR values as tensors; `out` adds an `out=` tensor) and every
+    omitted argument given explicitly (`with_defaults`, as the wrapper then calls it): no other
     overload of the op can parse those arguments, so the builtin's overload resolution has one
     candidate (torch's parser tries deprecated Python-only signatures last), and the builtin
     parses them. None otherwise (ops that mutate an input, calls without a tensor, no builtin,
-    or any doubt)."""
+    a default that is no plain literal, or any doubt)."""
     if not isinstance(target, torch_compat.OpOverload) or target.namespace != "aten":
         return None
+    full = with_defaults(target, args, kwargs)
+    if full is None:
+        return None
+    args, kwargs = full
     schema = target._schema
     if any(a.alias_info is not None and a.alias_info.is_write and not a.is_out for a in schema.arguments):
         return None

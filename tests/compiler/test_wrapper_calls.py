@@ -73,7 +73,9 @@ def test_generated_calls_go_through_the_binding_and_match_eager():
     compiled = compile_fn(f, a, w, b)
     src = compiled.source_code
     assert "ATEN_CALLS = {'addmm.default': 'addmm', 'cumsum.default': 'cumsum'}" in src
-    assert "buf0 = aten.addmm.default(b_1, a_1, w_1)  # FX: addmm" in src   # the overload stays readable
+    # the overload stays readable; the binding gets every default explicitly (its own may differ)
+    assert "buf0 = aten.addmm.default(b_1, a_1, w_1, beta=1, alpha=1)  # FX: addmm" in src
+    assert "buf1 = aten.cumsum.default(buf0, 1, dtype=None)  # FX: cumsum" in src
     torch.testing.assert_close(compiled(a, w, b), f(a, w, b), rtol=0, atol=0)
     with torch.profiler.profile() as prof:
         compiled(a, w, b)
@@ -95,3 +97,17 @@ def test_view_offsets_are_relative_to_the_viewed_buffer():
     torch.testing.assert_close(on_buffer(x, w), torch.mm(base[2:] + 1, w), rtol=0, atol=0)
     transposed = compile_fn(lambda x, w: torch.mm(x, w.t().t()), x, w)
     torch.testing.assert_close(transposed(x, w), torch.mm(x, w), rtol=0, atol=0)
+
+
+def test_a_binding_whose_defaults_differ_from_the_overloads_gets_them_explicitly():
+    """torch.binary_cross_entropy_with_logits(x, t) returns the unreduced loss, while the overload
+    aten.binary_cross_entropy_with_logits.default(x, t) reduces to the mean: called through the
+    binding with the call's two arguments, the compiled loss was a [5] tensor (found by the full
+    OpInfo sweep). The reduction is now passed explicitly."""
+    x, t = torch.randn(5), torch.rand(5)
+    f = lambda x, t: torch.nn.functional.binary_cross_entropy_with_logits(x, t)   # noqa: E731
+    compiled = compile_fn(f, x, t)
+    assert "aten.binary_cross_entropy_with_logits.default(x_1, t_1, None, None, 1)" in compiled.source_code
+    got = compiled(x, t)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.shape == () and torch.equal(got, f(x, t))
