@@ -27,11 +27,18 @@ def lower_cat(g, node, tensors, dim=0):
         offset += t.size[dim]
 
     def fn(ops, index):
+        # Part k is read only where lo_k <= index < hi_k: the select chain's fallback value is
+        # computed before its mask is tested, so every part but the first guards its own lower
+        # bound (a plain read at index - lo_k < 0 is out of bounds: MobileBERT's head read
+        # 15.6 MB before a weight's storage). In a segmented innermost loop both masks are constants.
         value = None
-        for lo, hi, load in reversed(parts):
+        for k, (lo, hi, load) in reversed(list(enumerate(parts))):
             shifted = list(index)
             shifted[dim] = index[dim] - lo
             inner = functools.partial(lambda l, s: ops.to_dtype(l(ops, s), out_dtype), load, shifted)
+            if k > 0:
+                above = ops.ge(ops.index_expr(index[dim], torch.int64), ops.constant(lo, torch.int64))
+                inner = functools.partial(ops.masked, above, inner, ops.constant(0, out_dtype))
             if value is None:
                 value = inner()
             else:
