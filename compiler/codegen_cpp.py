@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -368,9 +369,22 @@ class CppKernel(ReductionCodegen):
             if segments:
                 return self._segmented(ops, loops, segments)
             loops[-1].pragma = self.simd(f"{self.group.nodes[0].name} {loops[-1].var}", facts)
+            if self.group.tile:
+                loops = self._tiled(loops, self.group.tile)
         self.block.lines.extend(lines)
         self._parallelize(loops)
         return LoopNest(loops).render(self.block.lines)
+
+    def _tiled(self, loops, tile):
+        """The last two loops as tile loops (outer, rectangular: the parallel candidates) around
+        the two element loops, each bounded by its tile's end (scheduler.plan_tile)."""
+        a, b = loops[-2:]
+        tiles = [Loop(f"{l.var}t", l.size, step=t) for l, t in zip((a, b), tile)]
+        ends = [f"{l.var}t + {t}" if l.size % t == 0 else f"({l.var}t + {t} < {l.size} ? {l.var}t + {t} : {l.size})"
+                for l, t in zip((a, b), tile)]
+        log.info("%s: tiled %dx%d (a transposed read)", self.name, *tile)
+        return loops[:-2] + tiles + [Loop(a.var, ends[0], start=f"{a.var}t"),
+                                     Loop(b.var, ends[1], b.pragma, start=f"{b.var}t")]
 
     def _group_body(self, ops):
         """(statements, LoopFacts) of every node of the group, in a fresh loop body."""
@@ -411,6 +425,8 @@ class CppKernel(ReductionCodegen):
         threads = kernel_threads(self.config)
         # a vectorized innermost loop stays out of the collapsed space (its own simd loop)
         candidates = loops[:-1] if len(loops) > 1 and loops[-1].pragma else loops
+        # collapse only rectangular loops (a tile's element loops start at the tile)
+        candidates = list(itertools.takewhile(lambda loop: loop.start == "0", candidates))
         collapse, iters = 0, 1
         for loop in candidates:
             collapse += 1

@@ -151,6 +151,7 @@ class KernelGroup:
     name: str = ""
     fusions: list = field(default_factory=list)   # indices of counted fusions inside
     lane: "Lane | None" = None                     # loop order of an outer reduction (plan_lanes)
+    tile: "tuple | None" = None                    # (outer, inner) tile of the last two loops (plan_tile)
     columns: "ColumnPart | None" = None            # fused column reductions (_column_fusable)
 
     @property
@@ -244,7 +245,31 @@ def schedule(operations, graph_outputs, config):
     for item in items:
         if isinstance(item, KernelGroup):
             item.lane = plan_lanes(item, config)
+            item.tile = plan_tile(item)
     return items, fusions
+
+
+# a transposing pointwise kernel runs its last two loops in tiles: TILE[0] rows of the outer dim
+# by TILE[1] of the inner one (16 floats: one cache line of the transposed read per inner step;
+# 64 inner steps: 64 lines, 4 KB, stay in L1 while the tile's rows reuse them)
+TILE = (16, 64)
+
+
+def plan_tile(group: KernelGroup):
+    """TILE when `group` is pointwise over >= 2 dims and reads something transposed: contiguous
+    along the second-to-last loop and strided along the last (MobileBERT's head concatenates a
+    [30522, 128] weight's transpose: row by row, every read of a 62 MB output's first 128 rows
+    touched a new cache line, 250 MB of traffic), else None."""
+    ranges = group.ranges
+    if (len(ranges) < 2 or group.lane is not None or group.columns is not None
+            or any(n.inner or n.is_reduction for n in group.nodes)
+            or not all(isinstance(r, int) for r in ranges[-2:]) or ranges[-2] < TILE[0] or ranges[-1] < TILE[1]):
+        return None
+    outer, inner = (ir.index_var("x", len(ranges) - k) for k in (2, 1))
+    for idx in (i for n in group.nodes for idxs in n.reads.values() for i in idxs):
+        if _coefficient(idx, outer) == 1 and _coefficient(idx, inner) not in (0, 1, None):
+            return TILE
+    return None
 
 
 # fused row+column reductions: most kept columns (per-thread accumulator arrays stay in cache)

@@ -259,3 +259,25 @@ def test_a_channels_last_output_of_a_training_graph_loops_in_memory_order():
     assert got.stride() == (h * h * c, 1, h * c, c)
     want = x.double() + gamma.double().view(1, c, 1, 1) * y.double()
     assert ((got.double() - want).abs() <= 2 * EPS * (x.double().abs() + (gamma.double().view(1, c, 1, 1) * y.double()).abs())).all()
+
+
+@pytest.mark.parametrize("rows,cols", [(64, 256), (100, 250)])   # whole tiles, and partial ones at both edges
+def test_a_kernel_reading_a_transpose_runs_in_tiles(rows, cols):
+    """MobileBERT's head: cat([W.t(), D]) with W [vocab, 128]. Row by row, each read of W.t()
+    touched a new cache line; the last two loops now run in TILE-sized tiles, the tile loops
+    parallel, the element loops bounded by their tile. A plain (untransposed) add is not tiled."""
+    from tdbg.compiler.scheduler import TILE
+    w, d = torch.randn(cols, 32), torch.randn(rows - 32, cols)
+
+    def fn(w, d):
+        return torch.cat([w.t(), d], 0)
+    compiled = _compile(fn, w, d)
+    (kernel,) = _kernels(compiled)
+    assert f"for (int64_t x0t = 0; x0t < {rows}; x0t += {TILE[0]})" in kernel
+    assert f"for (int64_t x1t = 0; x1t < {cols}; x1t += {TILE[1]})" in kernel
+    assert "#pragma omp parallel for" in kernel.split("x0t = 0")[0]
+    got = compiled(w, d)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert torch.equal(got, fn(w, d))
+    (plain,) = _kernels(_compile(lambda a, b: a + b, d, d))
+    assert "x0t" not in plain and "x1t" not in plain
