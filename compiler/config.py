@@ -40,6 +40,15 @@ def default_cache_dir() -> str:
     return os.path.join(base, "tdbg")
 
 
+BASE_CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-finite-math-only",
+                  "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-w", "-Wl,-z,defs")
+
+
+def _native_vector() -> tuple:
+    from .build import native_vector   # g++ is asked once per process, when a default is first needed
+    return native_vector()
+
+
 @dataclass(frozen=True)
 class Config:
     # scheduling
@@ -53,7 +62,8 @@ class Config:
     max_lowered_ops: Optional[int] = None  # bisect: only the first N lowerable nodes are lowered
     layout_optimization: bool = True   # inference graphs with 2-d convolutions run NHWC (layout.py)
     # codegen
-    simdlen: int = 8                   # vector width in float32 lanes; 0 disables vectorization
+    # vector width in float32 lanes (0 disables vectorization); default: the CPU's (build.native_vector)
+    simdlen: int = field(default_factory=lambda: _native_vector()[0])
     vectorize: bool = True
     parallel: bool = True              # OpenMP over outer loops
     min_chunk_size: int = 4096         # least work (elements) before a loop goes parallel
@@ -67,8 +77,8 @@ class Config:
     # -fno-math-errno: nothing reads errno, and without it g++ keeps sqrt & co. scalar (a call
     # that may set errno cannot vectorize); NaN/inf semantics and no-FMA contraction stay exact.
     # -Wl,-z,defs: a symbol the library cannot resolve is a build error, not a failed dlopen later.
-    cxx_flags: tuple = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-finite-math-only",
-                        "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-w", "-Wl,-z,defs")
+    # On an AVX-512 CPU, -mprefer-vector-width=512 follows (build.native_vector).
+    cxx_flags: tuple = field(default_factory=lambda: BASE_CXX_FLAGS + _native_vector()[1])
     # After the source. Kernels need no libstdc++, and not linking it halves the link (~20 ms
     # per g++); code that does need it (undefined references) is relinked with g++'s defaults.
     link_libs: tuple = ("-nodefaultlibs", "-lgomp", "-lm", "-lc", "-lgcc")

@@ -7,6 +7,10 @@ import tempfile
 _OWN_CACHE = not os.environ.get("TDBG_TEST_CACHE_DIR")
 _CACHE = os.environ.get("TDBG_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="tdbg-test-cache-")
 os.environ["TDBG_CACHE_DIR"] = _CACHE
+# Generated-code tests spell 8-lane pragmas (simdlen(8), 32-lane partial sums): the suite pins
+# the AVX2 width on every CPU. The native default (16 lanes where g++ targets AVX-512) is
+# tested by the tests that set simdlen themselves and by test_native_vector_width.
+os.environ.setdefault("TDBG_SIMDLEN", "8")
 # Keep torch's own threads modest on the 2-core CI machine.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 

@@ -256,3 +256,37 @@ def test_integer_true_division_by_a_row_value_stays_a_division():
     x = torch.randint(1, 50, (6, 40), dtype=torch.int32)
     src = source(compile_fn(lambda x: x / x.amax(1, keepdim=True), x))
     assert "static_cast<float>(1) /" not in src
+
+
+def test_native_vector_width_is_the_default_and_reaches_the_assembly(tmp_path):
+    """Config() takes the vector width g++ -march=native targets (16 float lanes and
+    -mprefer-vector-width=512 where it predefines __AVX512F__, else 8): on an AVX-512 CPU tdbg's
+    loops were 256 bits wide while eager's and Inductor's kernels use 512. A simdlen loop built
+    with the default flags uses that many lanes: zmm registers at 16, ymm at 8."""
+    import subprocess
+
+    from tdbg.compiler.build import native_vector
+    from tdbg.compiler.config import Config
+    predefined = subprocess.run(["g++", "-march=native", "-dM", "-E", "-x", "c++", "/dev/null"],
+                                capture_output=True, text=True).stdout
+    lanes, flags = native_vector()
+    assert (lanes, flags) == ((16, ("-mprefer-vector-width=512",)) if "#define __AVX512F__ 1" in predefined else (8, ()))
+    cfg = Config()   # the suite pins TDBG_SIMDLEN=8 for current(); the bare default is the CPU's
+    assert cfg.simdlen == lanes and cfg.cxx_flags[len(cfg.cxx_flags) - len(flags):] == flags
+    src = tmp_path / "k.cpp"
+    src.write_text('extern "C" void k(const float* a, float* o, long n) {\n'
+                   f'#pragma omp simd simdlen({lanes})\n  for (long i = 0; i < n; ++i) o[i] = a[i] * 3.0f + 1.0f;\n}}\n')
+    build = [f for f in cfg.cxx_flags if f not in ("-w", "-shared") and not f.startswith("-Wl,")]
+    proc = subprocess.run([cfg.cxx, *build, "-S", str(src), "-o", str(tmp_path / "k.s")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    asm = (tmp_path / "k.s").read_text()
+    if "ymm" not in asm and "zmm" not in asm:
+        pytest.skip("no AVX vector loop: not an x86-64 AVX target")
+    assert ("zmm" in asm) == (lanes == 16)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_gelu_and_row_sums_at_either_width_match_eager(lanes):
+    """The erf GELU and a float32 row sum (4 chains of `lanes` partial sums) at 8 and 16 lanes."""
+    x = torch.randn(64, 1000)
+    compile_fn(lambda x: (torch.nn.functional.gelu(x), x.sum(1)), x, simdlen=lanes)
