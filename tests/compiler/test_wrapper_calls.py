@@ -8,7 +8,7 @@ from tdbg.compiler import compile_aten, lowering
 from tdbg.compiler.config import current
 from tdbg.compiler.decompositions import decomposition_table
 from tdbg.compiler.ir import Buffer, FixedLayout
-from tdbg.compiler.wrapper import op_table, python_binding
+from tdbg.compiler.aten_calls import op_table, python_binding
 
 aten = torch.ops.aten
 T = Buffer("t", FixedLayout((2, 2), (2, 1), torch.float32))   # any IR tensor argument
