@@ -40,6 +40,9 @@ def default_cache_dir() -> str:
     return os.path.join(base, "tdbg")
 
 
+# -fno-math-errno: nothing reads errno, and without it g++ keeps sqrt & co. scalar (a call
+# that may set errno cannot vectorize); NaN/inf semantics and no-FMA contraction stay exact.
+# -Wl,-z,defs: a symbol the library cannot resolve is a build error, not a failed dlopen later.
 BASE_CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-finite-math-only",
                   "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-w", "-Wl,-z,defs")
 
@@ -74,10 +77,7 @@ class Config:
     reuse_outputs: bool = True
     # build
     cxx: str = "g++"
-    # -fno-math-errno: nothing reads errno, and without it g++ keeps sqrt & co. scalar (a call
-    # that may set errno cannot vectorize); NaN/inf semantics and no-FMA contraction stay exact.
-    # -Wl,-z,defs: a symbol the library cannot resolve is a build error, not a failed dlopen later.
-    # On an AVX-512 CPU, -mprefer-vector-width=512 follows (build.native_vector).
+    # BASE_CXX_FLAGS, then -mprefer-vector-width=512 on an AVX-512 CPU (build.native_vector)
     cxx_flags: tuple = field(default_factory=lambda: BASE_CXX_FLAGS + _native_vector()[1])
     # After the source. Kernels need no libstdc++, and not linking it halves the link (~20 ms
     # per g++); code that does need it (undefined references) is relinked with g++'s defaults.
