@@ -140,7 +140,7 @@ def _codegen(c):
 def _wrap(c):
     from .wrapper import WrapperCodegen
     wrapper = WrapperCodegen(c.name, c.graph.graph_inputs, c.graph.graph_outputs, c.items, c.plan,
-                                   c.kernels, c.config, c.number, c.graph.buffers, c.graph.placeholders)
+                                   c.kernels, c.config, c.number, c.graph.buffers, c.graph.placeholders, c.kind)
     wrapper.scalars = dict(zip(c.graph.placeholders, c.example_inputs))
     c.source_code = wrapper.render()
     get_logger("output_code").info("output code for %s:\n%s", c.name, c.source_code)

@@ -64,6 +64,7 @@ class Config:
     fallback_random: bool = False      # random ops through aten (bit-exact with eager)
     max_lowered_ops: Optional[int] = None  # bisect: only the first N lowerable nodes are lowered
     layout_optimization: bool = True   # inference graphs with 2-d convolutions run NHWC (layout.py)
+    pack_weights: bool = True          # inference linears run on MKL-packed weights (prepack.py)
     # codegen
     # vector width in float32 lanes (0 disables vectorization); default: the CPU's (build.native_vector)
     simdlen: int = field(default_factory=lambda: _native_vector()[0])
@@ -229,6 +230,7 @@ _ENV = {
     "TDBG_VECTORIZE": ("vectorize", _flag),
     "TDBG_DECOMPOSE": ("decompose", _flag),
     "TDBG_LAYOUT_OPTIMIZATION": ("layout_optimization", _flag),
+    "TDBG_PACK_WEIGHTS": ("pack_weights", _flag),
     "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),
     "TDBG_FALLBACK_OPS": ("fallback_ops", lambda v: frozenset(filter(None, v.split(",")))),
     "TDBG_MAX_LOWERED_OPS": ("max_lowered_ops", int),

@@ -19,8 +19,8 @@ Contracts:
 - the graph's outputs keep the strides eager gives them (`meta["tdbg_eager_stride"]` on the
   output nodes, honoured by the lowering; an output computed by an aten call in another layout is
   copied back);
-- weights stay as they are (oneDNN reorders them per call either way: measured, converting them
-  costs a pass and gains nothing);
+- weights stay as they are (converting them to channels_last costs a pass and gains nothing:
+  oneDNN wants its own blocked format, which prepack.py makes once per weight);
 - a view that cannot be taken of the new layout becomes a reshape (same values);
 - when anything cannot be derived (an op fails on the fake values), the original graph is
   compiled unchanged: the planning is an optimization, never a reason to fail.

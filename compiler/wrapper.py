@@ -27,6 +27,7 @@ from . import torch_compat
 from .errors import KernelRuntimeError
 from .ir import Buffer, IRNode, ReinterpretView
 from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (op_table: output_code.py imports it here)
+from . import prepack
 from .scheduler import ExternNode, KernelGroup
 
 # ---- runtime helpers (imported by output_code.py) ----------------------------------------
@@ -194,8 +195,11 @@ class WrapperCodegen:
     """Renders output_code.py for one compiled graph."""
 
     def __init__(self, name, graph_inputs, graph_outputs, items, plan, kernels, config, graph_number, buffers,
-                 placeholders):
+                 placeholders, kind="inference"):
         self.name, self.graph_inputs, self.graph_outputs = name, graph_inputs, graph_outputs
+        # extern GEMMs/convolutions on a packed weight (prepack.py): kernel name -> (method, args)
+        self.packed = {item.kernel.name: how for item in items if isinstance(item, ExternNode)
+                       for how in [prepack.rewrite(item.kernel, kind, config)] if how is not None}
         self.placeholders = placeholders
         self.buffers = buffers
         self.items, self.plan, self.kernels, self.config = items, plan, kernels, config
@@ -216,6 +220,7 @@ class WrapperCodegen:
                 "                                   below_autograd as _below_autograd, kernel_failed as _kernel_failed,",
                 "                                   kernel_recorder as _kernel_recorder, load_kernels, main as _main,",
                 "                                   op_table as _op_table, restride as _restride)",
+                *(["from tdbg.compiler.prepack import PackedWeights as _PackedWeights"] if self.packed else []),
                 "# the aten overloads this graph calls: torch.<op> where that builtin runs exactly the",
                 "# overload (the faster call), else the overload itself (see tdbg.compiler.aten_calls.op_table)",
                 "ATEN_CALLS = {" + ", ".join(f"{k!r}: {v!r}" for k, v in self.aten_calls.items()) + "}",
@@ -244,6 +249,8 @@ class WrapperCodegen:
         if self.config.enable_kernel_profile:
             self.line("_record = _kernel_recorder()", 1)
         self._plan_pool()
+        if self.packed:
+            self.line("_packed = _PackedWeights()", 1)
         self.line("", 0)
         self.line("def call(args):", 1)
         params = self.placeholders
@@ -298,7 +305,8 @@ class WrapperCodegen:
         written through the op's out= overload (`out_variants`)."""
         self.out_variants, allocs = {}, []
         for here, item in zip(self.plan.allocs, self.items):
-            out = out_variant(item.kernel) if isinstance(item, ExternNode) else None
+            out = out_variant(item.kernel) if isinstance(item, ExternNode) and item.kernel.name not in self.packed \
+                else None
             if out is not None:
                 self.out_variants[item.kernel.name] = out
                 here = here + [(item.kernel.name, None)]
@@ -341,6 +349,8 @@ class WrapperCodegen:
 
     def _extern_call(self, item: ExternNode):
         kernel = item.kernel
+        if kernel.name in self.packed:
+            return self._packed_call(kernel)
         call_args, call_kwargs = kernel.args, kernel.kwargs
         target, depth, pooled = kernel.target, 2, kernel.name in self.pool_slots
         if pooled:   # a pooled result: the op writes it through its out= overload
@@ -359,6 +369,17 @@ class WrapperCodegen:
         if pooled:
             args.append(f"out={kernel.name}")
         self.line(f"{kernel.name} = {expr}({', '.join(args)})  # FX: {kernel.node.name}", depth)
+        for out in kernel.outputs:
+            if out.expr != out.name:
+                self.line(f"{out.name} = {out.expr}")
+            self._restride(out)
+
+
+    def _packed_call(self, kernel):
+        method, args = self.packed[kernel.name]
+        slot = list(self.packed).index(kernel.name)
+        args = ", ".join(self._expr(a) for a in args)
+        self.line(f"{kernel.name} = _packed.{method}({slot}, {args})  # FX: {kernel.node.name} (packed weight)")
         for out in kernel.outputs:
             if out.expr != out.name:
                 self.line(f"{out.name} = {out.expr}")

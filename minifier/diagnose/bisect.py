@@ -46,6 +46,7 @@ from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote
 SUBSYSTEMS = (
     ("decompositions", {"decompose": False}, "tdbg's decompositions in AOTAutograd"),
     ("layout", {"layout_optimization": False}, "channels_last layout planning of convolution graphs"),
+    ("prepack", {"pack_weights": False}, "packed weights for inference linears and convolutions (MKL, oneDNN)"),
     ("fusion", {"fusion": False}, "fusing nodes into one kernel"),
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),
     ("vectorization", {"vectorize": False}, "SIMD vectorized loops"),

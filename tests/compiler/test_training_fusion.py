@@ -11,9 +11,10 @@ aten = torch.ops.aten
 
 
 def _compile(fn, *inputs):
+    """As the forward graph of a training step (no layout planning, no packed weights)."""
     lowering.reset_counters()
     gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
-    return compile_aten(gm, list(inputs), current().replace(reuse_outputs=True))
+    return compile_aten(gm, list(inputs), current().replace(reuse_outputs=True), kind="forward")
 
 
 def test_generated_out_overload_is_not_used_for_pooled_results():

@@ -1,0 +1,125 @@
+"""Weight prepacking (compiler/prepack.py): inference linears and convolutions whose weight is a
+graph input run on a packed copy, remade whenever the weight changes.
+
+Each test checks the answer against float64 within float32 tolerance and what output_code.py
+calls (`_packed.linear` / `_packed.conv`, or the plain aten op where prepacking must not apply)."""
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tdbg.compiler import compile_aten, lowering, prepack
+from tdbg.compiler.config import current
+from tdbg.compiler.decompositions import decomposition_table
+
+aten = torch.ops.aten
+F = torch.nn.functional
+pytestmark = pytest.mark.skipif(not (prepack.mkl_available() and prepack.mkldnn_available()),
+                                reason="torch built without MKL / oneDNN")
+
+
+def compile_fn(fn, *inputs, kind="inference", **cfg):
+    lowering.reset_counters()
+    gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
+    return compile_aten(gm, list(inputs), current().replace(**cfg), kind=kind)
+
+
+def check(fn, compiled, *inputs):
+    got = compiled(*inputs)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    ref = fn(*[x.double() for x in inputs])
+    torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    assert got.stride() == fn(*inputs).stride()
+
+
+def randn(*shape, seed=0, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def linear_gelu(x, w1, b1, w2):
+    return F.linear(F.gelu(F.linear(x, w1, b1)), w2)
+
+
+def conv_relu(x, w, b):
+    return F.relu(F.conv2d(x, w, b, padding=1))
+
+
+# (name, fn, inputs, the PackedWeights calls output_code.py must make)
+CASES = [
+    ("addmm and mm", linear_gelu, (randn(2, 8, 64), randn(256, 64, seed=1, scale=0.1), randn(256, seed=2),
+                                   randn(64, 256, seed=3, scale=0.1)), ["_packed.linear(0,", "_packed.linear(1,"]),
+    ("conv", conv_relu, (randn(2, 16, 10, 10), randn(32, 16, 3, 3, seed=1, scale=0.1), randn(32, seed=2)),
+     ["_packed.conv(0,"]),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,calls", CASES, ids=[c[0] for c in CASES])
+def test_packed_calls_give_the_answer(name, fn, inputs, calls):
+    compiled = compile_fn(fn, *inputs)
+    for call in calls:
+        assert call in compiled.source_code
+    assert "aten.addmm" not in compiled.source_code and "aten.mm" not in compiled.source_code
+    assert "aten.convolution" not in compiled.source_code
+    check(fn, compiled, *inputs)
+
+
+def test_every_packer_row_is_exercised():
+    """The table and the cases agree: each PACKERS target appears in some case's aten graph."""
+    seen = set()
+    for _, fn, inputs, _ in CASES:
+        gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
+        seen |= {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert set(prepack.PACKERS) <= seen
+
+
+@pytest.mark.parametrize("name,fn,inputs,calls", CASES, ids=[c[0] for c in CASES])
+def test_a_changed_weight_is_repacked(name, fn, inputs, calls):
+    """In-place writes (as an optimizer step or load_state_dict make) bump the weight's version:
+    the next call packs it again. A new weight tensor in the same call slot is packed too."""
+    inputs = [x.clone() for x in inputs]
+    compiled = compile_fn(fn, *inputs)
+    check(fn, compiled, *inputs)
+    w = inputs[1]
+    with torch.no_grad():
+        w.mul_(-2.0)
+    check(fn, compiled, *inputs)
+    w.copy_(randn(*w.shape, seed=7, scale=0.1))
+    check(fn, compiled, *inputs)
+    fresh = [inputs[0], randn(*w.shape, seed=8, scale=0.1), *inputs[2:]]
+    check(fn, compiled, *fresh)
+
+
+def test_a_module_updated_by_an_optimizer_step():
+    """Train a step eagerly, then run the compiled inference graph: the stepped weights count."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16))
+    x = torch.randn(32, 64)
+    f = torch.compile(m, backend="tdbg")
+    with torch.no_grad():
+        before = f(x)
+    torch.testing.assert_close(before, m(x).detach())
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    m(x).square().sum().backward()
+    opt.step()
+    with torch.no_grad():
+        after = f(x)
+        torch.testing.assert_close(after, m(x))
+    assert not torch.allclose(before, after)
+
+
+# where prepacking must not apply: (name, fn, inputs, compile options, the aten call that stays)
+PLAIN = [
+    ("fewer rows than MIN_ROWS", linear_gelu, (randn(1, 4, 64), randn(256, 64, seed=1), randn(256, seed=2),
+                                               randn(64, 256, seed=3)), {}, "aten.addmm"),
+    ("B is an activation", lambda x, y: torch.mm(x, y.relu()), (randn(16, 128), randn(128, 256)), {}, "aten.mm"),
+    ("pack_weights off", linear_gelu, CASES[0][2], {"pack_weights": False}, "aten.addmm"),
+    ("training graph", linear_gelu, CASES[0][2], {"kind": "forward"}, "aten.addmm"),
+    ("NCHW convolution", conv_relu, CASES[1][2], {"layout_optimization": False}, "aten.convolution"),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs,opts,call", PLAIN, ids=[c[0] for c in PLAIN])
+def test_where_prepacking_does_not_apply(name, fn, inputs, opts, call):
+    compiled = compile_fn(fn, *inputs, **opts)
+    assert "_packed." not in compiled.source_code
+    assert call in compiled.source_code
+    check(fn, compiled, *inputs)
