@@ -35,6 +35,7 @@ import torch
 from . import ir
 from .ir import ComputedBuffer, ExternKernel, Reduction
 from .lowering import take_fusion
+from .merge_loops import Remapped, merge_loops
 from .ops import op_name
 from .trace import get_logger
 
@@ -46,10 +47,15 @@ class _ReadsOps:
 
     def __init__(self):
         self.reads: dict = {}
+        self.index_exprs: list = []
         self._ind = itertools.count()
 
     def load(self, name, index):
         self.reads.setdefault(name, []).append(sympy.expand(index))
+        return None
+
+    def index_expr(self, expr, dtype):
+        self.index_exprs.append(expr)
         return None
 
     def indirect_indexing(self, value, size):
@@ -110,13 +116,17 @@ class SchedulerNode:
         self.inner = bool(self.rranges) and not self.is_reduction
         self.store_index = sympy.expand(buffer.store_index(self.index))
         handler = _ReadsOps()
+        self.remaps = []          # loop merges (merge_loops.py), applied to every index body() computes
         self.body(handler)
         self.reads = handler.reads
+        self.index_exprs = handler.index_exprs
         self.origins = buffer.origins
         self.local = False
         self.column_part = None   # scheduling: the ColumnPart this node joins (see _fusable)
 
     def body(self, ops):
+        if self.remaps:
+            ops = Remapped(ops, self.remaps)
         if self.is_reduction:
             return self.buffer.data.inner_fn(ops, self.index, self.rindex)
         return self.buffer.data.inner_fn(ops, self.index)
@@ -245,6 +255,7 @@ def schedule(operations, graph_outputs, config):
     for item in items:
         if isinstance(item, KernelGroup):
             item.lane = plan_lanes(item, config)
+            merge_loops(item)
             item.tile = plan_tile(item)
     return items, fusions
 
