@@ -123,3 +123,21 @@ def test_where_prepacking_does_not_apply(name, fn, inputs, opts, call):
     assert "_packed." not in compiled.source_code
     assert call in compiled.source_code
     check(fn, compiled, *inputs)
+
+
+def test_inference_mode_and_no_grad_share_the_packed_weights():
+    """A copy packed under inference_mode serves no_grad calls, and an in-place write made under
+    inference_mode still bumps the (normal) weight's version."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
+    x = torch.randn(32, 128)
+    f = torch.compile(m, backend="tdbg")
+    with torch.inference_mode():
+        torch.testing.assert_close(f(x), m(x))
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x))
+    with torch.inference_mode():
+        m[0].weight.add_(1.0)
+        torch.testing.assert_close(f(x), m(x))
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x))
