@@ -59,6 +59,19 @@ def index_var(prefix: str, i: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
 
 
+def coefficient(expr, var):
+    """The integer stride of `var` in the linear index `expr`, or None if it is not linear."""
+    coef = 0
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        if var not in term.free_symbols:
+            continue
+        c = term / var
+        if var in c.free_symbols or not c.is_Integer:
+            return None
+        coef += int(c)
+    return coef
+
+
 def contiguous_strides(size) -> tuple:
     strides, acc = [], 1
     for s in reversed(size):

@@ -47,7 +47,7 @@ def merge_loops(group) -> None:
 
 
 def _eligible(group) -> bool:
-    if group.lane is not None or group.columns is not None or group.tile is not None:
+    if group.lane is not None or group.columns is not None:
         return False
     if any(n.inner or n.is_reduction or n.index_exprs for n in group.nodes):
         return False
@@ -61,8 +61,7 @@ def _accesses(node):
 
 
 def _walks_as_one(expr, outer, inner, inner_size) -> bool:
-    from .scheduler import _coefficient
-    a, b = _coefficient(expr, outer), _coefficient(expr, inner)
+    a, b = ir.coefficient(expr, outer), ir.coefficient(expr, inner)
     return a is not None and b is not None and a == inner_size * b
 
 

@@ -124,7 +124,7 @@ PACKERS = {
 
 
 class PackedWeights:
-    """One compiled graph's packed weights, a slot per packed GEMM."""
+    """One compiled graph's packed weights, a slot per packed call."""
 
     def __init__(self):
         self.slots = {}

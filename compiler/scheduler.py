@@ -33,7 +33,7 @@ import sympy
 import torch
 
 from . import ir
-from .ir import ComputedBuffer, ExternKernel, Reduction
+from .ir import ComputedBuffer, ExternKernel, Reduction, coefficient
 from .lowering import take_fusion
 from .merge_loops import Remapped, merge_loops
 from .ops import op_name
@@ -278,7 +278,7 @@ def plan_tile(group: KernelGroup):
         return None
     outer, inner = (ir.index_var("x", len(ranges) - k) for k in (2, 1))
     for idx in (i for n in group.nodes for idxs in n.reads.values() for i in idxs):
-        if _coefficient(idx, outer) == 1 and _coefficient(idx, inner) not in (0, 1, None):
+        if coefficient(idx, outer) == 1 and coefficient(idx, inner) not in (0, 1, None):
             return TILE
     return None
 
@@ -340,14 +340,14 @@ def _column_reads_fit(group, node, part) -> bool:
     anchor = next(n for n in group.nodes if n.name == part.anchor)
     shared = reads & {(name, i) for name, idxs in anchor.reads.items() for i in idxs}
     column = ir.index_var("r", 0)
-    return bool(shared or part.names) and all(_coefficient(i, column) in (0, 1) for _, i in reads - shared)
+    return bool(shared or part.names) and all(coefficient(i, column) in (0, 1) for _, i in reads - shared)
 
 
 def _contiguous_rows(node) -> bool:
     """A 1-d reduction whose reads walk its reduction var contiguously (a row reduction)."""
     rvars = [v for v in node.rindex if v.is_Symbol]
     return len(rvars) == 1 and len(node.rranges) == 1 and any(
-        _coefficient(i, rvars[0]) == 1 for idxs in node.reads.values() for i in idxs)
+        coefficient(i, rvars[0]) == 1 for idxs in node.reads.values() for i in idxs)
 
 
 def _column_member(group, node, config):
@@ -462,9 +462,9 @@ def plan_lanes(group: KernelGroup, config):
         for idx in (i for idxs in n.reads.values() for i in idxs):
             if not rvars or rvars[-1] not in idx.free_symbols:
                 continue
-            if _coefficient(idx, rvars[-1]) == 1:
+            if coefficient(idx, rvars[-1]) == 1:
                 along_rows += 1
-            elif _coefficient(idx, x) == 1:
+            elif coefficient(idx, x) == 1:
                 along_lanes += 1
     if along_lanes <= along_rows:
         return None
@@ -478,20 +478,6 @@ def plan_lanes(group: KernelGroup, config):
         chunk = min(MAX_CHUNK, max(least, -(-per_thread // LANE_QUANTUM) * LANE_QUANTUM), size)
     log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", group.writes, chunk, len(ranges) - 1)
     return Lane(f"x{len(ranges) - 1}", size, chunk)
-
-
-def _coefficient(expr, var):
-    """The integer stride of `var` in the linear index `expr`, or None if it is not linear."""
-    coef = 0
-    for term in sympy.Add.make_args(sympy.expand(expr)):
-        if var not in term.free_symbols:
-            continue
-        c = term / var
-        if var in c.free_symbols or not c.is_Integer:
-            return None
-        coef += int(c)
-    return coef
-
 
 
 def eliminate_dead(operations, graph_outputs):

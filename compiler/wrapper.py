@@ -197,9 +197,10 @@ class WrapperCodegen:
     def __init__(self, name, graph_inputs, graph_outputs, items, plan, kernels, config, graph_number, buffers,
                  placeholders, kind="inference"):
         self.name, self.graph_inputs, self.graph_outputs = name, graph_inputs, graph_outputs
-        # extern GEMMs/convolutions on a packed weight (prepack.py): kernel name -> (method, args)
-        self.packed = {item.kernel.name: how for item in items if isinstance(item, ExternNode)
-                       for how in [prepack.rewrite(item.kernel, kind, config)] if how is not None}
+        # extern GEMMs/convolutions on a packed weight (prepack.py): kernel name -> (slot, method, args)
+        rewrites = [(item.kernel.name, prepack.rewrite(item.kernel, kind, config))
+                    for item in items if isinstance(item, ExternNode)]
+        self.packed = {name: (slot, *how) for slot, (name, how) in enumerate((n, h) for n, h in rewrites if h)}
         self.placeholders = placeholders
         self.buffers = buffers
         self.items, self.plan, self.kernels, self.config = items, plan, kernels, config
@@ -376,8 +377,7 @@ class WrapperCodegen:
 
 
     def _packed_call(self, kernel):
-        method, args = self.packed[kernel.name]
-        slot = list(self.packed).index(kernel.name)
+        slot, method, args = self.packed[kernel.name]
         args = ", ".join(self._expr(a) for a in args)
         self.line(f"{kernel.name} = _packed.{method}({slot}, {args})  # FX: {kernel.node.name} (packed weight)")
         for out in kernel.outputs:
