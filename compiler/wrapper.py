@@ -370,16 +370,16 @@ class WrapperCodegen:
         if pooled:
             args.append(f"out={kernel.name}")
         self.line(f"{kernel.name} = {expr}({', '.join(args)})  # FX: {kernel.node.name}", depth)
-        for out in kernel.outputs:
-            if out.expr != out.name:
-                self.line(f"{out.name} = {out.expr}")
-            self._restride(out)
-
+        self._extern_outputs(kernel)
 
     def _packed_call(self, kernel):
         slot, method, args = self.packed[kernel.name]
         args = ", ".join(self._expr(a) for a in args)
         self.line(f"{kernel.name} = _packed.{method}({slot}, {args})  # FX: {kernel.node.name} (packed weight)")
+        self._extern_outputs(kernel)
+
+    def _extern_outputs(self, kernel):
+        """Name each output of an extern call and give it the strides the graph expects."""
         for out in kernel.outputs:
             if out.expr != out.name:
                 self.line(f"{out.name} = {out.expr}")
