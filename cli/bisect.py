@@ -13,9 +13,8 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 1
                "failure, `not_reproduced` when every backend passes, `bad_input` when a backend of the chain "
                "cannot be run, and the script's own code when the script fails uncompiled.")
 @common.script_arguments
-@click.option("--backend", default="inductor", show_default=True, metavar="NAME",
-              help="The backend that fails: inductor (tdbg's compiler), torch:NAME (e.g. torch:inductor, the "
-                   "real Inductor), module:function or file.py:function. The chain walks up to it.")
+@common.backend_option("The chain walks up to it (own: the one backend the script's torch.compile calls "
+                       "ask for).")
 @common.timeout_option(300.0)
 @click.option("--jobs", type=click.IntRange(1), default=2, show_default=True,
               help="Child processes run at once while probing compiler subsystems.")
@@ -80,7 +79,7 @@ def _minify_command(result: dict, script: str, args) -> str:
     stage = result["verdict"]["stage"]
     words = ["tdbg", "minify", script, "--after", "aot" if backend in ("inductor", "aot_eager") else "dynamo",
              "--level", "4" if stage == "accuracy" else "3" if stage in ("crash", "timeout") else "2"]
-    if backend not in ("inductor", "aot_eager"):
+    if backend != "own":   # minify's default, the script's own, may be another backend
         words += ["--backend", backend]
     return common.command_line(words + (["--", *args] if args else []))
 
@@ -88,6 +87,12 @@ def _minify_command(result: dict, script: str, args) -> str:
 def render(result: dict, minify: str) -> None:
     from rich.markup import escape
     c = out()
+    own = result.get("own")
+    if own and result.get("backend"):
+        c.print(f"[bold]Backend:[/] {escape(result['backend'])}, the script's own (torch.compile asks for "
+                f"{escape(', '.join(own['asked']))})")
+    if own and own.get("note"):
+        c.print(f"  [bold yellow]note:[/] {escape(own['note'])}")
     _render_chain(c, result)
     if result["subsystems"]:
         c.print("[bold]Compiler subsystems[/] (switched off one at a time):")

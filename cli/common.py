@@ -36,6 +36,19 @@ def script_arguments(fn):
     return click.argument("script", type=click.Path())(fn)
 
 
+OWN = "own"   # backends.OWN, spelled here so --help imports no library module
+BACKEND_HELP = ("own (the default): each torch.compile call's own backend, mode and options, as the script "
+                "runs them; or one backend for every call, replacing the script's: eager, aot_eager, inductor "
+                "(tdbg's compiler), torch:NAME (torch:inductor is PyTorch's Inductor), module:function or "
+                "file.py:function.")
+
+
+def backend_option(extra: str = ""):
+    """--backend, the same default (the script's own) and words in every command."""
+    return click.option("--backend", default="own", show_default=True, metavar="NAME",
+                        help=BACKEND_HELP + (" " + extra if extra else ""))
+
+
 def json_option(fn):
     return click.option("--json", "json_path", metavar="PATH",
                         help="Also write the result as JSON (versioned schema; '-' for stdout).")(fn)
@@ -206,3 +219,23 @@ def script_or_backend_problem(script: str, backend: str) -> Optional[str]:
     except BackendError as e:
         return str(e)
     return None
+
+
+def ran_backend(verdict: dict, backend: str):
+    """The one backend that compiled: --backend's, or the script's own when all its compile calls
+    asked for the same nameable one; None otherwise."""
+    if backend != OWN:
+        return backend
+    own = verdict.get("compile_backends") or {}
+    names = own.get("names") or []
+    return names[0] if len(names) == 1 and not own.get("unnamed") else None
+
+
+def ran_words(verdict: dict, backend: str) -> str:
+    """Which backend compiled, in words that never mistake tdbg's compiler for PyTorch's Inductor."""
+    from tdbg.minifier.runs.own_backend import display
+    if backend != OWN:
+        return display(backend)
+    rows = (verdict.get("compile_backends") or {}).get("rows") or []
+    ran = sorted({r["ran"] for r in rows if r.get("ran")})
+    return (", ".join(display(r) for r in ran) or "no backend") + " (the script's own)"

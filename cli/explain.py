@@ -11,10 +11,8 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
 
 @click.command(epilog=exit_codes_help())
 @common.script_arguments
-@click.option("--backend", default="torch:inductor", show_default=True, metavar="NAME",
-              help="The backend the script really uses (torch:NAME, inductor for tdbg's compiler, module:function, "
-                   "file.py:function; `eager` for Dynamo's capture only, fastest). Backends add guards of their "
-                   "own, so recompiles are counted under this one.")
+@common.backend_option("Backends add guards of their own, so recompiles are counted under the one "
+                       "that runs; `eager` is Dynamo's capture only, fastest.")
 @click.option("--max-graph-breaks", type=click.IntRange(0), metavar="N",
               help="Exit with the `threshold` code when there are more than N graph-break sites.")
 @click.option("--max-recompiles", type=click.IntRange(0), metavar="N",
@@ -75,7 +73,7 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
     from rich.markup import escape
     c = out()
     t = report["totals"]
-    under = f" under {escape(backend)}" if backend else ""
+    under = f" under {escape(common.ran_words(verdict, backend))}" if backend else ""
     c.print(f"[bold]{escape(script)}[/]{under}: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
             f"{t['graph_breaks']} graph break(s), {t['recompiles']} recompile(s)")
     for fn in report["functions"]:

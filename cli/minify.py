@@ -28,8 +28,7 @@ PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "suc
 @click.option("--level", type=click.IntRange(1, 4), default=2, show_default=True,
               help="SCRIPT mode: 1-2 catch compile/run errors, 3 dump every graph before compiling (segfaults), "
                    "4 also compare with eager (accuracy).")
-@click.option("--backend", default="inductor", show_default=True,
-              help="SCRIPT mode: eager, aot_eager, inductor, torch:NAME, module:function or file.py:function.")
+@common.backend_option("SCRIPT mode only.")
 @click.option("--out", "out_dir", metavar="DIR", help="Output directory (default tdbg_repro/<time>/); must be new or empty.")
 @click.option("--check-str", metavar="TEXT", help="Only failures whose message contains TEXT count.")
 @click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), help="Accuracy: rtol = atol = this for every float dtype.")

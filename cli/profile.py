@@ -8,7 +8,7 @@ import time
 
 import click
 
-from tdbg.cli.common import (base_config, check_backend, check_output_dir, check_output_file, json_option,
+from tdbg.cli.common import (backend_option, base_config, check_backend, check_output_dir, check_output_file, json_option,
                              require_script, script_arguments)
 from tdbg.cli.console import doing, err, exit_codes_help, fail, now_doing, out, render_evidence, write_json
 
@@ -20,8 +20,7 @@ EAGER_PROFILER_ROWS = 8
 
 @click.command(epilog=exit_codes_help(), context_settings={"max_content_width": 100})
 @script_arguments
-@click.option("--backend", default="inductor", show_default=True,
-              help="eager, aot_eager, inductor (tdbg's compiler), torch:NAME, module:function or file.py:function.")
+@backend_option()
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
               help="Timed calls of each compiled callable (and of its eager original), alternating.")
 @click.option("--trace", "trace_path", metavar="PATH",

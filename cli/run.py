@@ -24,21 +24,20 @@ MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 
 @click.command(epilog=exit_codes_help())
 @common.script_arguments
-@click.option("--backend", default="inductor", show_default=True,
-              help="eager, aot_eager, inductor (tdbg's compiler), torch:NAME, module:function or file.py:function.")
+@common.backend_option()
 @click.option("--debug", is_flag=True, help="Write the compiler's debug directory; its path is printed at the end.")
 @click.option("--logs", metavar="CHANNELS", default="",
               help="Comma-separated log channels: tdbg's compiler,output_code,schedule,graph and torch's "
                    "dynamo,aot,graph_breaks,recompiles,guards,graph_code,bytecode ('+name' = verbose).")
 @click.option("--fullgraph", is_flag=True, help="Every torch.compile gets fullgraph=True: a graph break is an error.")
 @click.option("--function", "function", metavar="NAME", help="Compile only frames of the function NAME; others run eagerly.")
-@click.option("--check-accuracy", is_flag=True,
+@click.option("--check-accuracy/--no-check-accuracy", default=True, show_default=True,
               help="Compare compiled calls with eager on an untouched copy of each graph (float64 reference, "
                    "per-dtype tolerances): outputs, and gradients when the call builds an autograd graph. "
-                   "Checked: each graph's first 3 calls and every later call with a new input signature.")
+                   "Checked: each graph's first 3 calls and every later call with a new input signature. "
+                   "--no-check-accuracy only runs the script (OK then means: no error).")
 @click.option("--check-calls", type=click.IntRange(min=1), metavar="N",
-              help="With --check-accuracy: check each graph's first N calls (and up to N later calls with a "
-                   "new input signature).")
+              help="Check each graph's first N calls (and up to N later calls with a new input signature).")
 @click.option("--repro-after", type=click.Choice(["dynamo", "aot"]),
               help="Dump repro files for the graph after Dynamo or after AOTAutograd (also TDBG_REPRO_AFTER).")
 @click.option("--repro-level", type=click.IntRange(1, 4), help="1 repro.py on compile failure, 2 launcher on failure, "
@@ -108,7 +107,8 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
 def _check_values(check_accuracy: bool, check_calls, function) -> None:
     """Refuse values no run can honour, before any work (--timeout's range is click's)."""
     if check_calls is not None and not check_accuracy:
-        fail("--check-calls N says how many calls --check-accuracy checks; add --check-accuracy.", "usage")
+        fail("--check-calls N says how many calls the accuracy check compares; it cannot be combined with "
+             "--no-check-accuracy.", "usage")
     if function is not None and not function.isidentifier():
         fail(f"--function {function!r}: give the name of a Python function (an identifier), e.g. --function forward.",
              "usage")
@@ -185,19 +185,22 @@ def _outcome(verdict: dict, script: str, args, backend: str, function=None):
     return common.stage_exit_code(verdict), next_commands(verdict, script, args, backend)
 
 
+# backends whose aten graphs `minify --after aot` can capture (aot_capture.FAMILIES by name)
+AOT_BACKENDS = ("inductor", "aot_eager", "torch:inductor", "torch:tdbg", "torch:aot_eager")
+
+
 def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     stage = verdict.get("stage")
     words = common.script_words(script, args)
     tail = ["--", *args] if args else []
-    # tdbg's bisect walks its own chain by default; any other backend is bisected up to itself
-    bisect = ["tdbg", "bisect", script] + ([] if backend == "inductor" else ["--backend", backend]) + tail
+    given = [] if backend == common.OWN else ["--backend", backend]   # every command defaults to the script's own
+    bisect = ["tdbg", "bisect", script, *given, *tail]
     if stage == "dynamo":
         return [common.command_line(["tdbg", "explain", *words])]
     if stage == "script":
         graphs = verdict.get("graphs") or []
         unchecked = bool(graphs) and not any(g.get("checked") for g in graphs)
-        check = [common.command_line(["tdbg", "run", script, "--backend", backend, "--check-accuracy",
-                                      *tail])] if unchecked else []
+        check = [common.command_line(["tdbg", "run", script, *given, *tail])] if unchecked else []
         return check + [common.command_line(bisect)]
     if stage not in COMPILER_STAGES:
         return []
@@ -207,14 +210,13 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
         confirm = ["tdbg", "run", script, "--backend", "eager"]
         limit = ["--timeout", f"{verdict['timeout']:g}"] if verdict.get("timeout") else []
         return [common.command_line(confirm + limit + tail)]
-    commands = [common.command_line(bisect)] if backend != "eager" else []
+    ran = common.ran_backend(verdict, backend)
+    commands = [common.command_line(bisect)] if ran != "eager" else []
     launcher = os.path.join(verdict.get("repro_dir") or "", "minifier_launcher.py")
     if verdict.get("repro_dir") and os.path.isfile(launcher):   # the dump holds the failing graph
         return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
-    after = "aot" if backend in ("inductor", "aot_eager") else "dynamo"
-    minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]
-    if backend != "inductor":
-        minify += ["--backend", backend]
+    after = "aot" if ran in AOT_BACKENDS else "dynamo"
+    minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2)), *given]
     return commands + [common.command_line(minify + tail)]
 
 
@@ -223,14 +225,13 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     c = out()
     graphs = verdict.get("graphs") or []
     if verdict["status"] == "ok":
-        checked = sum(1 for g in graphs if g.get("checked"))
-        calls = sum(g.get("checked_calls", 0) for g in graphs)
-        grads = sum(g.get("grads_checked", 0) for g in graphs)
-        accuracy = (f", accuracy checked on {checked} graph(s) ({calls} call(s), gradients on {grads})"
-                    if checked else "")
-        c.print(f"[bold green]OK[/] {escape(script)}: backend {escape(backend)}, {len(graphs)} graph(s) "
-                f"compiled{accuracy}, {verdict.get('duration_s', 0):.1f} s")
+        c.print(f"[bold green]OK[/] {escape(script)}: {escape(_ok_text(verdict, graphs, backend))}, "
+                f"{verdict.get('duration_s', 0):.1f} s")
+        _replaced_lines(verdict, backend)
         for g in graphs:
+            if verdict.get("check_policy") and not g.get("checked") and not g.get("unchecked"):
+                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} (frame {escape(str(g.get('frame')))}) "
+                        "was compiled but never called")
             for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
             if g.get("draws_random"):
@@ -245,17 +246,42 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     words = BACKWARD_WORDS.get(stage) if err.get("part") == "backward" else None
     c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(words or common.STAGE_WORDS.get(stage, str(stage)))} "
             f"(stage {stage}, exit code {code})")
-    rows = [("backend", backend), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
+    rows = [("backend", common.ran_words(verdict, backend)), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
             ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
             ("kernel", err.get("kernel")), ("error", err.get("message"))]
     for key, value in rows:
         _row(c, key, value)
+    _replaced_lines(verdict, backend)
     _debug_line(verdict)
     _save_io_lines(verdict)
     if commands:
         c.print("[bold]Next:[/]")
         for command in commands:
             c.print(f"  {escape(command)}")
+
+
+def _ok_text(verdict: dict, graphs: list, backend: str) -> str:
+    """What an OK verified: the graphs compared with eager (calls, gradients), or that nothing was."""
+    head = f"{len(graphs)} graph(s) compiled by {common.ran_words(verdict, backend)}"
+    if not verdict.get("check_policy"):
+        return head + " and ran without error; results NOT compared with eager (--no-check-accuracy)"
+    checked = sum(1 for g in graphs if g.get("checked"))
+    calls = sum(g.get("checked_calls", 0) for g in graphs)
+    grads = sum(g.get("grads_checked", 0) for g in graphs)
+    return (f"{head}; results match eager on {checked} of {len(graphs)} graph(s) ({calls} call(s) compared, "
+            f"gradients on {grads})")
+
+
+def _replaced_lines(verdict: dict, backend: str) -> None:
+    """Each torch.compile call whose own backend, mode or options --backend replaced."""
+    from rich.markup import escape
+
+    from tdbg.minifier.runs.own_backend import display
+    for row in (verdict.get("compile_backends") or {}).get("rows") or []:
+        if row.get("replaced"):
+            calls = ", ".join(str(n) for n in row.get("calls") or [])
+            out().print(f"  [bold yellow]replaced:[/] your script asked for {escape(row['asked'])} (torch.compile "
+                        f"call {calls}); ran {escape(display(row['ran']))} instead (--backend {escape(backend)})")
 
 
 def _row(c, key: str, value) -> None:

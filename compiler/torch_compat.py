@@ -97,6 +97,8 @@ ENTRIES = Table([
     E("dynamo", "torch._dynamo", None, "run and profile replace torch._dynamo.optimize while a script runs"),
     E("dynamo_config", "torch._dynamo.config", None, "the dumper turns off Dynamo's own repro_after"),
     E("lookup_backend", "torch._dynamo", "lookup_backend", "resolving a torch:NAME backend"),
+    E("TorchCompileWrapper", "torch", "_TorchCompileWrapper",
+      "a script's own backend with mode/options, built as torch.compile builds it"),
     E("list_backends", "torch._dynamo", "list_backends", "repro.py's runtime checks a torch:NAME backend exists"),
     E("BackendCompilerFailed", "torch._dynamo.exc", "BackendCompilerFailed", "unwrapping a backend's own error"),
     E("TorchDynamoException", "torch._dynamo.exc", "TorchDynamoException", "telling Dynamo's failures apart"),

@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
-from tdbg.minifier.runs.backends import CHAIN
+from tdbg.minifier.runs.backends import CHAIN, OWN
 from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote_pool
 
 # name, Config change that switches the subsystem off, what it is
@@ -172,11 +172,13 @@ def bisect(script: str, argv: list, changes: Optional[dict] = None, *, backend: 
 
 
 def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
-    chain = chain_for(chosen)
-    result = {"backend": chosen, "chain": list(chain), "reference": None, "backends": [],
+    reference = prober.run("uncompiled", None)
+    own = _own_backend(reference) if chosen == OWN else None
+    chosen = own["backend"] if own else chosen
+    chain = chain_for(chosen) if chosen else ()
+    result = {"backend": chosen, "own": own, "chain": list(chain), "reference": None, "backends": [],
               "first_failing_backend": None, "graph": None, "subsystems": [], "culprits": [], "workaround": None,
               "reproduce": None, "verdict": None}
-    reference = prober.run("uncompiled", None)
     result["reference"] = _short_run(reference)
     if _fails(reference):
         result["verdict"] = {"level": "script", "stage": reference.get("stage"),
@@ -185,6 +187,9 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     if reference.get("compile_calls") == 0:
         result["verdict"] = {"level": "bad_input", "stage": "bad_input",
                              "summary": "the script never calls torch.compile; there is nothing to bisect"}
+        return result
+    if not chosen:
+        result["verdict"] = {"level": "bad_input", "stage": "bad_input", "summary": own["problem"]}
         return result
     failing = None
     for backend in chain:
@@ -212,6 +217,29 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
         _into_torch(prober, failing, result, jobs)
     else:
         result["verdict"] = _chain_verdict(backend, failing, chain)
+    return result
+
+
+def _own_backend(reference: dict) -> dict:
+    """The backend `own` stands for, from the uncompiled run's record of each torch.compile call:
+    {"backend": the one name every call asked for (or "own" when the one backend asked for has no
+    name: the chain is then eager -> own), "asked": the calls' own words, "note": the mode/options
+    bisect's named runs leave out, "problem": why no one backend can be bisected}."""
+    own = reference.get("compile_backends") or {}
+    names, unnamed, rows = own.get("names") or [], own.get("unnamed") or [], own.get("rows") or []
+    asked = sorted({r["asked"] for r in rows})
+    extras = sorted({r["asked"] for r in rows if r.get("mode") not in (None, "default") or r.get("options")})
+    result = {"backend": None, "asked": asked, "note": None, "problem": None}
+    if len(names) + len(unnamed) > 1:
+        result["problem"] = (f"the script's torch.compile calls ask for several backends ({', '.join(asked)}); "
+                             "bisect follows one chain: choose the backend with --backend NAME")
+    elif names:
+        result["backend"] = names[0]
+    elif unnamed:
+        result["backend"] = OWN
+    if extras and result["backend"] not in (None, OWN):
+        result["note"] = (f"the script asks for {', '.join(extras)}; the chain's runs use {result['backend']} with "
+                          "its defaults, and only the script's own run (tdbg run) keeps the mode/options")
     return result
 
 

@@ -347,8 +347,9 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
     from tdbg.minifier.runs.backends import resolve
     from tdbg.minifier.runs.instrument import Session
 
+    from tdbg.minifier.runs.own_backend import OWN
     step(f"loading backend {backend}")
-    resolved = _resolve(resolve, backend, cfg, script)
+    resolved = None if backend == OWN else _resolve(resolve, backend, cfg, script)
     step(f"the eager run of {script}")
     eager = run_script(script, argv, "eager", Session(None), capture=True)
     _check_pass(eager, script)
@@ -356,7 +357,10 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
         raise ValueError(f"{script} never calls torch.compile, so there is nothing to profile")
     torch.compiler.reset()
     graphs: list = []
-    session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind)
+    if resolved is None:   # each torch.compile call's own backend, timed the same way
+        session = Session(None, own=lambda b: timed_backend(b.compiler_fn, graphs), script=script, config=cfg)
+    else:
+        session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind, backend_name=backend)
     before = _entries(cfg.debug_dir)
     with tdbg_config.use(cfg), _quiet_compiler_log(cfg):
         step(f"the compiled run of {script} (backend {backend})")
@@ -373,7 +377,7 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
     runs = sorted(os.path.join(cfg.debug_dir, d) for d in _entries(cfg.debug_dir) - before)   # this pass's
     explained = build_report({"graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards})
     report = ProfileReport(
-        script=script, backend=backend, iterations=iterations,
+        script=script, backend=_ran(backend, session), iterations=iterations,
         eager_script_s=eager.seconds, compiled_script_s=compiled.seconds, callables=timings,
         graphs=graphs, stages=_stage_times(runs), fallbacks=_fallbacks(cfg.report_path),
         kernels=_kernels(cfg.report_path), explain=explained,
@@ -420,6 +424,12 @@ def time_split(rows: list) -> dict:
         name = next((n for n, pattern in TIME_CATEGORIES if pattern.search(r["name"])), OTHER)
         split[name] += r["self_cpu_us"] / total
     return split
+
+
+def _ran(backend: str, session) -> str:
+    """The backend the compiled pass ran: --backend's, or the script's own (by their names)."""
+    ran = sorted({r.ran for r in session.compile_records if r.ran})
+    return ", ".join(ran) if ran else backend
 
 
 def _resolve(resolve: Callable, backend: str, cfg, script: str):

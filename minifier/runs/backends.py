@@ -1,6 +1,9 @@
 """The one backend resolver every tdbg command uses.
 
 A backend name is one of:
+  own               each torch.compile call's own backend, mode and options (own_backend.py): the
+                    script runs as written. The default of every command; `resolve` refuses it
+                    (it names no one backend: the child resolves it per compile call).
   eager             Dynamo captures the program; PyTorch runs each FX graph as is.
   aot_eager         Dynamo + AOTAutograd with tdbg's decompositions; PyTorch runs the aten graphs.
   inductor          Dynamo + AOTAutograd + tdbg's own compiler (`tdbg.compiler.make_backend`).
@@ -31,6 +34,7 @@ BUILTIN = {
     "aot_eager": "Dynamo + AOTAutograd with tdbg's decompositions; run by PyTorch",
     "inductor": "Dynamo + AOTAutograd + tdbg's compiler (generated C++)",
 }
+OWN = "own"
 # Order of the backends chain `tdbg bisect` walks: each adds one layer to the previous one.
 CHAIN = ("eager", "aot_eager", "inductor")
 
@@ -49,7 +53,7 @@ class Backend:
 
 def choices_text(registered: Optional[list] = None) -> str:
     names = ", ".join(BUILTIN)
-    text = (f"choose one of {names}, torch:NAME (a backend registered with Dynamo"
+    text = (f"choose one of own (each torch.compile call's own backend, the default), {names}, torch:NAME (a backend registered with Dynamo"
             + (f": {', '.join(registered)}" if registered else "")
             + "), module:function or path/to/file.py:function")
     return text
@@ -57,7 +61,7 @@ def choices_text(registered: Optional[list] = None) -> str:
 
 def check_name(name: str) -> None:
     """Validate the spelling of `name` without importing torch; raise BackendError if wrong."""
-    if name in BUILTIN:
+    if name in BUILTIN or name == OWN:
         return
     head, sep, func = name.rpartition(":")
     if not sep or not head or not func:
@@ -122,6 +126,9 @@ def resolve(name: str, config=None, script: Optional[str] = None) -> Backend:
     in `sys.modules["__main__"]` when first called instead of executing the file again.
     """
     check_name(name)
+    if name == OWN:
+        raise BackendError("backend 'own' is each torch.compile call's own backend: it is resolved per compile "
+                           "call while the script runs, not by name; give the backend to use by its name.")
     if name in BUILTIN:
         return Backend(name, name, BUILTIN[name], _FACTORIES[name](config))
     head, _, func = name.rpartition(":")

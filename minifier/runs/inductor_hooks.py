@@ -18,6 +18,8 @@ ENTRIES = Table([
       "torch:inductor with its inner compile hooked (--after aot, bisect probes)"),
     E("compile_fx_inner", "torch._inductor.compile_fx", "compile_fx_inner",
       "compiling one aten graph with Inductor (--after aot, compare, bisect probes)"),
+    E("TorchCompileInductorWrapper", "torch", "_TorchCompileInductorWrapper",
+      "a script's own torch.compile(mode=/options=) with Inductor, built as torch.compile builds it"),
     E("inductor_config", "torch._inductor.config", None, "the compiler bisector's config changes"),
     E("compiler_bisector", "torch._inductor.compiler_bisector", None,
       "torch's compiler bisector, driven by tdbg bisect's probes"),

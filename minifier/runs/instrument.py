@@ -22,6 +22,9 @@ import traceback
 from typing import Any, Callable, Optional
 
 from tdbg.compiler.errors import TdbgError
+from tdbg.minifier.runs import own_backend
+from tdbg.minifier.runs.backends import BackendError
+from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
@@ -123,11 +126,18 @@ class Session:
     `check_accuracy` checks the calls `CallPolicy.every(check_calls)` picks. `status_path` turns
     on the status file and the backward hooks that put failures in a backward on their graph."""
 
-    def __init__(self, backend_fn: Optional[Callable], *, backend_kind: str = "", fullgraph: bool = False,
-                 function: Optional[str] = None, check_accuracy: bool = False,
+    def __init__(self, backend_fn: Optional[Callable], *, backend_kind: str = "", backend_name: Optional[str] = None,
+                 own: Optional[Callable] = None, script: Optional[str] = None, config=None,
+                 fullgraph: bool = False, function: Optional[str] = None, check_accuracy: bool = False,
                  check_calls: Optional[int] = None, events_path: Optional[str] = None,
                  status_path: Optional[str] = None):
-        self.backend_fn, self.backend_kind = backend_fn, backend_kind
+        self.backend_fn, self.backend_kind, self.backend_name = backend_fn, backend_kind, backend_name
+        # `own(Backend) -> Dynamo backend`: compile each call with its own backend (own_backend.py),
+        # passed through `own` (which may wrap it: --save-io, repro dumps, profiling)
+        self.own, self.script, self.config = own, script, config
+        self._own_fns: dict = {}       # (asked text, dynamic) -> (compiler fn, kind)
+        self.compile_records: list = []   # own_backend.CallRecord per torch.compile call
+        self.setup_error: Optional[Exception] = None   # the script's own backend could not be set up
         self.fullgraph, self.function, self.check_accuracy = fullgraph, function, check_accuracy
         self.policy = CallPolicy.every(check_calls)
         self.events_path = events_path
@@ -157,25 +167,56 @@ class Session:
 
     def compile(self, model=None, *, fullgraph: bool = False, dynamic=None, backend=None, mode=None,
                 options=None, disable: bool = False, **_ignored):
-        """torch.compile with the backend replaced (mode/options belong to the replaced backend)."""
-        if model is None:
-            return lambda m: self.compile(m, fullgraph=fullgraph, dynamic=dynamic, disable=disable)
+        """torch.compile with each call's backend, mode and options kept (own) or replaced."""
+        if model is None:   # @torch.compile(...) used as a decorator factory
+            return lambda m: self.compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                          options=options, disable=disable)
         self.compile_calls += 1
-        if self.backend_fn is None or disable:
+        fn_kind = self._backend_for(Asked(backend, mode, options), dynamic)
+        if fn_kind is None or disable:
             return model
-        return self._optimize(self.dynamo_backend, nopython=fullgraph or self.fullgraph, dynamic=dynamic,
-                              guard_fail_fn=self._guard_fail, guard_export_fn=self._guard_export)(model)
+        return self._optimize(self._dynamo_backend_for(*fn_kind), nopython=fullgraph or self.fullgraph,
+                              dynamic=dynamic, guard_fail_fn=self._guard_fail, guard_export_fn=self._guard_export)(model)
 
     def optimize(self, backend=None, *args, nopython: bool = False, **kwargs):
         self.compile_calls += 1
-        if self.backend_fn is None:
+        fn_kind = self._backend_for(Asked(backend), kwargs.get("dynamic"))
+        if fn_kind is None:
             return self._optimize(backend or "eager", disable=True)
         kwargs.setdefault("guard_fail_fn", self._guard_fail)
         kwargs.setdefault("guard_export_fn", self._guard_export)
-        return self._optimize(self.dynamo_backend, nopython=nopython or self.fullgraph, **kwargs)
+        return self._optimize(self._dynamo_backend_for(*fn_kind), nopython=nopython or self.fullgraph, **kwargs)
+
+    def _backend_for(self, asked: "Asked", dynamic) -> Optional[tuple]:
+        """(compiler fn, kind) that compiles this call — its own backend, or the one that replaces
+        it — recording the call; None for an uncompiled run."""
+        name = own_backend.name_of(asked, self.script)
+        if self.own is None:
+            ran = self.backend_name if self.backend_fn is not None else None
+            replaced = ran is not None and (ran != name or bool(asked.extras))
+            self.compile_records.append(own_backend.CallRecord(self.compile_calls, asked, name, ran, replaced))
+            return None if self.backend_fn is None else (self.backend_fn, self.backend_kind)
+        key = (asked.text(), repr(dynamic), id(asked.backend))
+        if key not in self._own_fns:
+            try:
+                resolved, _ = own_backend.resolve_call(asked, dynamic, self.config, self.script)
+                self._own_fns[key] = (self.own(resolved), resolved.kind, resolved.name)
+            except BackendError as e:   # e.g. --after aot for a backend with no AOT stage: bad input
+                self.setup_error = e
+                raise
+        fn, kind, ran = self._own_fns[key]
+        self.compile_records.append(own_backend.CallRecord(self.compile_calls, asked, name, ran))
+        return fn, kind
+
+    def _dynamo_backend_for(self, fn, kind):
+        def backend(gm, example_inputs):
+            return self.dynamo_backend(gm, example_inputs, fn, kind)
+        return backend
 
     # -- the Dynamo backend ---------------------------------------------------------------------
-    def dynamo_backend(self, gm, example_inputs):
+    def dynamo_backend(self, gm, example_inputs, backend_fn=None, backend_kind=None):
+        backend_fn = backend_fn or self.backend_fn
+        backend_kind = self.backend_kind if backend_kind is None else backend_kind
         frame = _current_frame_name()
         if self.function and not _frame_matches(frame, self.function):
             # Skipping the frame (not running its graph eagerly) lets Dynamo see the functions it
@@ -199,9 +240,9 @@ class Session:
         # the reference must run the graph Dynamo made, not what an in-place editing backend left
         snap = snapshot(gm) if self.check_accuracy else None
         try:
-            compiled = self.backend_fn(gm, example_inputs)
+            compiled = backend_fn(gm, example_inputs)
         except BaseException as e:
-            self.tag(e, compile_stage(e, self.backend_kind), index, "compile")
+            self.tag(e, compile_stage(e, backend_kind), index, "compile")
             raise
         self.event("compiled", graph=index)
         self.status("compiled", index, 0)
@@ -405,12 +446,14 @@ class IOSaver:
     MAX_TIMED_CALLS = 50
     PROFILE_REPEATS = 5        # timed extra calls of each saved aten graph on copies of its inputs
 
-    def __init__(self, writer, backend, config, *, profile: bool = False):
+    def __init__(self, writer, backend, config, *, profile: bool = False, counter=None):
+        import itertools
+
         from tdbg.minifier.reduce.oracle import backend_spec, config_fields
         from tdbg.minifier.runs import aot_capture
         self.writer, self.profile = writer, profile
         self.backend = backend
-        self.count = 0
+        self.counter = counter or itertools.count()   # shared by the savers of one folder: unique graph numbers
         spec = {"backend": backend_spec(backend, getattr(backend, "name", None)), "config": config_fields(config)}
         self.family = aot_capture.family_of(backend)
         if self.family is not None:
@@ -437,8 +480,7 @@ class IOSaver:
         return self._wrap(compiled, snap, "dynamo", index, self.spec)
 
     def _next(self) -> int:
-        self.count += 1
-        return self.count - 1
+        return next(self.counter)
 
     def _wrap(self, compiled, snap, kind: str, index: int, replay: dict):
         from tdbg.minifier.diagnose.checks import signature

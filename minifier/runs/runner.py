@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.compiler.torch_compat import RUN_WARM
+from tdbg.minifier.runs.own_backend import OWN
 
 MAX_MESSAGE_LINES = 12
 # imported once by the warm servers of `zygote_pool`, before any run is forked
@@ -42,7 +43,7 @@ TORCH_LOG_CHANNELS = ("dynamo", "aot", "graph_breaks", "recompiles", "guards", "
 class RunRequest:
     script: str
     argv: list = field(default_factory=list)
-    backend: Optional[str] = "inductor"   # None: run uncompiled (the reference run)
+    backend: Optional[str] = OWN   # own: each torch.compile call's own backend; None: run uncompiled
     fullgraph: bool = False
     function: Optional[str] = None
     check_accuracy: bool = False
@@ -77,7 +78,7 @@ def _eager_random_numbers(cfg, backend: Optional[str]):
     the compiled graph run from one generator state, and only the same stream can be compared
     (PyTorch's accuracy minifier sets Inductor's fallback_random for the same reason). The run says
     so for every checked graph that draws random numbers."""
-    if backend and backend.split(":", 1)[0] == "torch" and backend.split(":", 1)[1] == "inductor":
+    if backend in ("torch:inductor", OWN):   # own: the script may compile with torch.compile's default, Inductor
         from tdbg.minifier.runs.inductor_hooks import inductor_config
         inductor_config.fallback_random = True
     return cfg.replace(fallback_random=True)
@@ -288,7 +289,7 @@ def _child(spec: dict) -> dict:
     import types
 
     from tdbg.compiler import config as tdbg_config
-    from tdbg.minifier.runs import instrument
+    from tdbg.minifier.runs import instrument, own_backend
     from tdbg.minifier.runs.backends import BackendError, resolve
 
     os.environ.update(spec.get("env") or {})
@@ -305,31 +306,21 @@ def _child(spec: dict) -> dict:
     if spec["torch_logs"]:
         from tdbg.compiler.torch_compat import set_logs
         set_logs(**spec["torch_logs"])
-    backend_fn, kind, saver = None, "", None
     if spec.get("save_io") and repro:
         return _bad_input("--save-io cannot be combined with repro dumping (--repro-after, TDBG_REPRO_AFTER): "
                           "both hook the backend's compiler; run them separately.")
-    if spec["backend"]:
+    prepare = _Prepare(spec, cfg, repro)
+    backend_fn, kind, own = None, "", None
+    if spec["backend"] == OWN:
+        own = prepare
+    elif spec["backend"]:
         try:
             backend = resolve(spec["backend"], cfg, script=script)
-        except BackendError as e:
+            backend_fn, kind = prepare(backend), backend.kind
+        except BackendError as e:   # e.g. --repro-after aot for a backend with no AOT stage
             return _bad_input(str(e))
-        backend_fn, kind = backend.compiler_fn, backend.kind
-        if spec.get("save_io"):
-            from tdbg.minifier.artifacts.saved_io import Writer
-            writer = Writer(spec["save_io"], {"backend": spec["backend"], "script": spec.get("script_given") or script})
-            saver = instrument.IOSaver(writer, backend, cfg, profile=spec.get("save_io_profile", False))
-            writer.manifest["after"] = saver.after
-            backend_fn = saver.backend_fn
-        if repro:
-            from tdbg.minifier.artifacts.dump import wrap_backend
-            from tdbg.minifier.artifacts.repro import new_run_dir
-            repro = dict(repro, out_dir=repro.get("out_dir") or new_run_dir())
-            try:
-                backend_fn = wrap_backend(backend, config=cfg, **repro)
-            except BackendError as e:   # e.g. --repro-after aot for a backend with no AOT stage
-                return _bad_input(str(e))
-    session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
+    session = instrument.Session(backend_fn, backend_kind=kind, backend_name=spec["backend"], own=own,
+                                 script=spec.get("script_given") or script, config=cfg, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],
                                  status_path=spec.get("status"))
@@ -349,24 +340,67 @@ def _child(spec: dict) -> dict:
         exc = e
     finally:
         sys.argv, sys.path[0], sys.modules["__main__"] = saved
+    if session.setup_error is not None:
+        return _bad_input(str(session.setup_error))
     verdict = _verdict(session, exc, exit_code, script, cfg)
-    if saver is not None:
-        saver.finish()
-        verdict["save_io"] = _save_io_summary(saver, spec["backend"])
-    if repro and os.path.isdir(repro["out_dir"]) and os.listdir(repro["out_dir"]):
-        verdict["repro_dir"] = os.path.abspath(repro["out_dir"])
+    verdict["compile_backends"] = own_backend.summary(session.compile_records)
+    if prepare.savers:
+        for saver in prepare.savers.values():
+            saver.finish()
+        verdict["save_io"] = _save_io_summary(list(prepare.savers.values()), spec["backend"])
+    out_dir = (prepare.repro or {}).get("out_dir")
+    if out_dir and os.path.isdir(out_dir) and os.listdir(out_dir):
+        verdict["repro_dir"] = os.path.abspath(out_dir)
     verdict["config"] = json.loads(cfg.to_json())
     verdict["default_config"] = json.loads(tdbg_config.Config().to_json())
     return verdict
 
 
-def _save_io_summary(saver, backend: str) -> dict:
+class _Prepare:
+    """Backend -> the Dynamo backend a run compiles with: the backend itself, or wrapped by
+    --save-io (instrument.IOSaver, one per backend, all writing one folder) or by repro dumping
+    (dump.wrap_backend). Called once for --backend NAME, once per distinct backend the script's
+    own torch.compile calls ask for (own_backend.py)."""
+
+    def __init__(self, spec: dict, cfg, repro: Optional[dict]):
+        import itertools
+        self.spec, self.cfg, self.savers, self.writer = spec, cfg, {}, None
+        self.repro = dict(repro, out_dir=repro.get("out_dir") or _new_run_dir()) if repro else None
+        self.counter = itertools.count()   # saved graphs are numbered across every backend's saver
+
+    def __call__(self, backend):
+        from tdbg.minifier.runs import instrument
+        fn = backend.compiler_fn
+        if self.spec.get("save_io"):
+            if self.writer is None:
+                from tdbg.minifier.artifacts.saved_io import Writer
+                self.writer = Writer(self.spec["save_io"], {"backend": self.spec["backend"],
+                                                            "script": self.spec.get("script_given") or self.spec["script"]})
+            saver = instrument.IOSaver(self.writer, backend, self.cfg, profile=self.spec.get("save_io_profile", False),
+                                       counter=self.counter)
+            self.writer.manifest["after"] = saver.after
+            self.savers[id(saver)] = saver
+            fn = saver.backend_fn
+        if self.repro:
+            from tdbg.minifier.artifacts.dump import wrap_backend
+            fn = wrap_backend(backend, config=self.cfg, **self.repro)
+        return fn
+
+
+def _new_run_dir() -> str:
+    from tdbg.minifier.artifacts.repro import new_run_dir
+    return new_run_dir()
+
+
+def _save_io_summary(savers: list, backend: str) -> dict:
     """What --save-io saved, for the verdict (and what it could not save, and why)."""
-    manifest = saver.writer.manifest
-    note = None if saver.after == "aot" else (
-        f"backward graphs were not saved: backend {backend} has no AOT stage tdbg can hook, so each Dynamo "
-        "graph was saved whole (kind dynamo)")
-    return {"dir": saver.writer.directory, "after": saver.after, "graphs": [g["name"] for g in manifest["graphs"]],
+    manifest = savers[0].writer.manifest
+    dynamo = [s for s in savers if s.after != "aot"]
+    note = None if not dynamo else (
+        f"backward graphs were not saved: backend {dynamo[0].backend.name} has no AOT stage tdbg can hook, so each "
+        "Dynamo graph was saved whole (kind dynamo)")
+    return {"dir": savers[0].writer.directory, "after": "dynamo" if dynamo else "aot",
+            "graphs": [g["name"] for g in manifest["graphs"]],
             "skipped": manifest["skipped"], "timings": manifest["timings"], "note": note}
 
 
