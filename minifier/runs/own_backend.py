@@ -51,7 +51,8 @@ class Asked:
         elif isinstance(self.backend, str):
             head = self.backend
         else:
-            head = getattr(self.backend, "__name__", None) or type(self.backend).__name__
+            head = (_main_key(self.backend) or getattr(self.backend, "__name__", None)
+                    or type(self.backend).__name__)
         return ", ".join([head] + [f"{k}={v!r}" if k == "options" else f"{k}={v}" for k, v in self.extras.items()])
 
 
@@ -85,14 +86,21 @@ def name_of(asked: Asked, script: Optional[str]) -> Optional[str]:
         return "torch:inductor"
     if isinstance(b, str):
         return "inductor" if b == "tdbg" else f"torch:{b}"
-    main = sys.modules.get("__main__")
-    if script and main is not None:
-        for key, value in list(vars(main).items()):
-            if value is b and key.isidentifier() and not key.startswith("__"):
-                return f"{script}:{key}"
+    key = _main_key(b)
+    if script and key:
+        return f"{script}:{key}"
     module, attr = getattr(b, "__module__", None), getattr(b, "__name__", None)
     if module and attr and module != "__main__" and getattr(sys.modules.get(module), attr, None) is b:
         return f"{module}:{attr}"
+    return None
+
+
+def _main_key(obj) -> Optional[str]:
+    """The module-level name the running script (__main__) holds `obj` under, if any."""
+    main = sys.modules.get("__main__")
+    for key, value in list(vars(main).items()) if main is not None else ():
+        if value is obj and key.isidentifier() and not key.startswith("__"):
+            return key
     return None
 
 
@@ -105,8 +113,7 @@ def resolve_call(asked: Asked, dynamic, config, script: Optional[str]) -> tuple:
     extras = asked.extras
     if name is not None and not extras:
         return resolve(name, config, script=script), name
-    fn = _torch_wrapper(asked, dynamic) if (extras or name is None and isinstance(asked.backend, str)) \
-        else asked.backend
+    fn = _torch_wrapper(asked, dynamic) if extras else asked.backend
     label = name or asked.text()
     kind = "inductor" if name == "inductor" else ("torch" if name and name.startswith("torch:") else "user")
     return Backend(label, kind, f"the script's own backend {asked.text()}", fn), name

@@ -64,3 +64,14 @@ def test_environment_check_is_torch_free():
             "assert r.exit_code == 3 and 'TDBG_INJECT_BUG' in r.output, r.output; "
             "assert 'torch' not in sys.modules, 'the environment check imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# every command that runs a script: --backend defaults to the script's own (the same everywhere)
+SCRIPT_COMMANDS = ("run", "bisect", "minify", "explain", "profile", "compare")
+
+
+@pytest.mark.parametrize("command", SCRIPT_COMMANDS)
+def test_every_script_command_defaults_to_the_scripts_own_backend(command):
+    option = next(p for p in cli.get_command(None, command).params if p.name == "backend")
+    assert option.default == "own"
+    assert "own (the default): each torch.compile call's own backend, mode and options" in option.help

@@ -76,7 +76,7 @@ class SavedRuns:
         extra, env = self.COMMANDS[name]
         folder = os.path.join(self.base, name)
         script = TWO_SHAPES if name == "two_shapes" else DEEP_MLP
-        ran = tdbg(["run", script, "--save-io", folder, *extra], env, json_path=os.path.join(self.base, f"{name}.json"))
+        ran = tdbg(["run", script, "--backend", "inductor", "--save-io", folder, *extra], env, json_path=os.path.join(self.base, f"{name}.json"))
         return ran, folder
 
     def __call__(self, name):

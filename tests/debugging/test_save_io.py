@@ -98,14 +98,14 @@ def test_nonempty_folder_is_refused_before_work_and_left_alone(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
-    ran = tdbg(["run", DEEP_MLP, "--save-io", folder])
+    ran = tdbg(["run", DEEP_MLP, "--backend", "inductor", "--save-io", folder])
     assert ran.code == 2
     assert "--save-io" in ran.stderr and "not empty" in ran.stderr and "deep_mlp loss" not in ran.output
     assert os.listdir(folder) == ["notes.txt"] and (folder / "notes.txt").read_text() == "keep me"
 
 
 def test_profile_without_save_io_is_a_usage_error():
-    ran = tdbg(["run", DEEP_MLP, "--profile"])
+    ran = tdbg(["run", DEEP_MLP, "--backend", "inductor", "--profile"])
     assert ran.code == 2 and "--profile times the graphs --save-io saves" in ran.stderr
 
 

@@ -68,7 +68,7 @@ def test_help_does_not_import_torch():
 
 @pytest.mark.slow
 def test_foo2_accuracy_after_aot_level_4_minifies_to_neg(tmp_path):
-    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--after", "aot", "--level", "4",
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--backend", "inductor", "--after", "aot", "--level", "4",
                 "--out", str(tmp_path / "out"), "--json", str(tmp_path / "m.json"),
                 env={"TDBG_INJECT_BUG": "neg:accuracy"}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr + proc.stdout
@@ -86,7 +86,7 @@ def test_foo2_accuracy_after_aot_level_4_minifies_to_neg(tmp_path):
 
 @pytest.mark.slow
 def test_foo1_compile_error_minifies_to_neg(tmp_path):
-    proc = tdbg("minify", os.path.join(EXAMPLES, "foo1.py"), "--after", "aot", "--out", str(tmp_path / "out"),
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo1.py"), "--backend", "inductor", "--after", "aot", "--out", str(tmp_path / "out"),
                 "--json", str(tmp_path / "m.json"), env={"TDBG_INJECT_BUG": "neg:compile_error"})
     assert proc.returncode == 0, proc.stderr + proc.stdout
     doc = json.loads((tmp_path / "m.json").read_text())
@@ -111,7 +111,7 @@ def test_toy_compiler_after_dynamo_minifies_to_relu(tmp_path):
 
 @pytest.mark.slow
 def test_a_compiler_segfault_is_minified_not_fatal(tmp_path):
-    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--after", "aot", "--out", str(tmp_path / "out"),
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--backend", "inductor", "--after", "aot", "--out", str(tmp_path / "out"),
                 "--json", str(tmp_path / "m.json"), env={"TDBG_INJECT_BUG": "neg:crash"})
     assert proc.returncode == 0, proc.stderr + proc.stdout
     doc = json.loads((tmp_path / "m.json").read_text())
@@ -134,7 +134,7 @@ def test_launcher_runs_the_minifier(tmp_path):
 
 def test_an_unusable_out_is_refused_before_any_work_and_the_json_says_so(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--out", str(tmp_path / "file" / "sub"),
+    proc = tdbg("minify", os.path.join(EXAMPLES, "foo2.py"), "--backend", "inductor", "--out", str(tmp_path / "file" / "sub"),
                 "--json", str(tmp_path / "m.json"))
     assert proc.returncode == exit_code("usage"), proc.stderr
     assert "--out" in proc.stderr and "Running" not in proc.stderr

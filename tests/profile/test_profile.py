@@ -16,7 +16,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
 def _profile(tmp_path, script, *options, env=None):
     trace, out = tmp_path / "trace.json", tmp_path / "profile.json"
-    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, script), "--iterations", "3",
+    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, script), "--backend", "inductor", "--iterations", "3",
                                       "--trace", str(trace), "--json", str(out), *options], env=env)
     doc = json.loads(out.read_text()) if out.exists() else None
     return result, doc, trace
@@ -105,7 +105,7 @@ def test_script_without_compile(tmp_path):
 def test_existing_trace_is_not_overwritten(tmp_path):
     trace = tmp_path / "t.json"
     trace.write_text("mine")
-    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, "small_add.py"), "--trace", str(trace)])
+    result = CliRunner().invoke(cli, ["profile", os.path.join(SCRIPTS, "small_add.py"), "--backend", "inductor", "--trace", str(trace)])
     assert result.exit_code == exit_code("usage") and "--force" in result.output
     assert trace.read_text() == "mine"
 
@@ -162,7 +162,7 @@ def test_dynamo_optimize_is_timed_too(tmp_path):
 def test_compile_failure_gets_its_stage_exit_code(tmp_path):
     foo1 = os.path.join(os.path.dirname(os.path.dirname(SCRIPTS)), "..", "examples", "foo1.py")
     result = CliRunner(env={"TDBG_INJECT_BUG": "neg:compile_error"}).invoke(
-        cli, ["profile", os.path.normpath(foo1), "--trace", str(tmp_path / "t.json")])
+        cli, ["profile", os.path.normpath(foo1), "--backend", "inductor", "--trace", str(tmp_path / "t.json")])
     assert result.exit_code == exit_code("cpp_build"), result.output
     assert "failed: stage cpp_build" in result.output and "kernel: cpp_fused_cat_maximum_neg_0" in result.output
     assert not (tmp_path / "t.json").exists()

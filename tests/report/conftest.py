@@ -53,7 +53,7 @@ _FOO2 = {}     # the shared run, started as soon as the session knows a test rea
 
 def _foo2_run(tmp: str) -> Cli:
     html_dir = os.path.join(tmp, "html")
-    proc = run_tdbg(["run", "examples/foo2.py", "--check-accuracy", "--html", html_dir],
+    proc = run_tdbg(["run", "examples/foo2.py", "--backend", "inductor", "--check-accuracy", "--html", html_dir],
                     {"TDBG_INJECT_BUG": "neg:accuracy"})
     return Cli(proc.returncode, proc.stdout, proc.stderr, html_dir)
 

@@ -161,7 +161,7 @@ def test_report_command(tmp_path):
 
 def test_html_dir_is_checked_before_any_work(tmp_path):
     (tmp_path / "mine.txt").write_text("a user's file")
-    proc = run_tdbg(["run", os.path.join(ROOT, "examples", "foo2.py"), "--html", str(tmp_path)])
+    proc = run_tdbg(["run", os.path.join(ROOT, "examples", "foo2.py"), "--backend", "inductor", "--html", str(tmp_path)])
     assert proc.returncode == 2
     assert "--html" in proc.stderr and "not empty" in proc.stderr
     assert os.listdir(tmp_path) == ["mine.txt"]

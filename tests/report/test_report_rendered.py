@@ -84,7 +84,7 @@ def test_bisect_culprit_is_marked_in_all_three_panes(browser, foo2_run, tmp_path
 def test_done_when_bisect_html(browser, tmp_path):
     """The issue's check, as a user types it: the culprit neg is marked in FX, IR and C++."""
     out = tmp_path / "out"
-    proc = run_tdbg(["bisect", "examples/foo2.py", "--html", str(out)], {"TDBG_INJECT_BUG": "neg:accuracy"},
+    proc = run_tdbg(["bisect", "examples/foo2.py", "--backend", "inductor", "--html", str(out)], {"TDBG_INJECT_BUG": "neg:accuracy"},
                     timeout=600)
     assert proc.returncode == 16, proc.stderr
     verdict = next(line for line in proc.stdout.splitlines() if line.startswith("Verdict: "))

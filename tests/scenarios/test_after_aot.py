@@ -48,7 +48,7 @@ def test_minify_after_aot_with_torch_inductor_shrinks_to_the_amin_node(tmp_path)
 
 def test_torchdynamo_repro_variables_check_the_backward_graph_of_an_aot_autograd_backend(tmp_path):
     """user_backends.wrong_backward: right forward, a backward compiler that doubles an output."""
-    proc, doc = tdbg(["run", os.path.join(SCRIPTS, "train_mlp.py"),
+    proc, doc = tdbg(["run", os.path.join(SCRIPTS, "train_mlp.py"), "--backend", "inductor",
                       "--backend", os.path.join(SCRIPTS, "user_backends.py") + ":wrong_backward"], tmp_path,
                      env={"TORCHDYNAMO_REPRO_AFTER": "aot", "TORCHDYNAMO_REPRO_LEVEL": "4"}, cwd=tmp_path)
     assert proc.returncode == 16, proc.stdout + proc.stderr

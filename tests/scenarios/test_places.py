@@ -16,8 +16,8 @@ CASES = (("le:runtime_error", "kernel_runtime", "le", "7 in f: y = torch.relu(h)
 
 @pytest.mark.parametrize("bug, stage, node, line", CASES)
 def test_backward_kernel_failure_names_the_ops_own_line(tdbg_runs, bug, stage, node, line):
-    tdbg_runs.start(*((("run", SCRIPT), {"TDBG_INJECT_BUG": b}) for b, *_ in CASES))
-    r = tdbg_runs(("run", SCRIPT), {"TDBG_INJECT_BUG": bug})
+    tdbg_runs.start(*((("run", SCRIPT, "--backend", "inductor"), {"TDBG_INJECT_BUG": b}) for b, *_ in CASES))
+    r = tdbg_runs(("run", SCRIPT, "--backend", "inductor"), {"TDBG_INJECT_BUG": bug})
     err = r.json["verdict"]["error"]
     assert (r.code, err["stage"], err["part"]) == (exit_code(stage), stage, "backward")
     assert err["source"] == f"{SCRIPT}:{line}"

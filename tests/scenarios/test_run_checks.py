@@ -10,17 +10,17 @@ from tdbg.cli.console import exit_code
 S = "tests/scenarios/scripts"
 BACKENDS = f"{S}/user_backends.py"
 RUNS = {
-    "backward_only": (("run", f"{S}/train_mlp.py", "--check-accuracy"), {"TDBG_INJECT_BUG": "le:accuracy"}),
+    "backward_only": (("run", f"{S}/train_mlp.py", "--backend", "inductor", "--check-accuracy"), {"TDBG_INJECT_BUG": "le:accuracy"}),
     "third_call": (("run", f"{S}/third_call.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
                     "--check-accuracy"), {}),
     "edits_in_place": (("run", f"{S}/third_call.py", "--backend", f"{BACKENDS}:edits_in_place", "--check-accuracy"),
                        {}),
     "aot_autograd_backward": (("run", f"{S}/train_mlp.py", "--backend", f"{BACKENDS}:wrong_backward",
                                "--check-accuracy"), {}),
-    "backward_kernel": (("run", f"{S}/train_mlp.py"), {"TDBG_INJECT_BUG": "le:runtime_error"}),
+    "backward_kernel": (("run", f"{S}/train_mlp.py", "--backend", "inductor"), {"TDBG_INJECT_BUG": "le:runtime_error"}),
     "random_graph": (("run", f"{S}/noisy_relu.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
                       "--check-accuracy"), {}),
-    "dropout_tdbg": (("run", f"{S}/dropout_mlp.py", "--check-accuracy"), {}),
+    "dropout_tdbg": (("run", f"{S}/dropout_mlp.py", "--backend", "inductor", "--check-accuracy"), {}),
 }
 THIRD_CALL_LINE = f"{S}/third_call.py:6 in f: return torch.relu(x) * 2 + 1"
 MLP_CALL_LINE = f"{S}/train_mlp.py:12 in <module>: loss = torch.nn.functional.cross_entropy(step(x), target)"
