@@ -93,6 +93,10 @@ def render(result: dict, minify: str) -> None:
                 f"{escape(', '.join(own['asked']))})")
     if own and own.get("note"):
         c.print(f"  [bold yellow]note:[/] {escape(own['note'])}")
+    if result.get("replaced"):
+        from tdbg.minifier.runs.own_backend import display
+        c.print(f"  [bold yellow]replaced:[/] your script asked for {escape('; '.join(result['replaced']))}; the chain "
+                f"runs up to {escape(display(result['backend']))} instead (--backend {escape(result['backend'])})")
     _render_chain(c, result)
     if result["subsystems"]:
         c.print("[bold]Compiler subsystems[/] (switched off one at a time):")

@@ -239,3 +239,16 @@ def ran_words(verdict: dict, backend: str) -> str:
     rows = (verdict.get("compile_backends") or {}).get("rows") or []
     ran = sorted({r["ran"] for r in rows if r.get("ran")})
     return (", ".join(display(r) for r in ran) or "no backend") + " (the script's own)"
+
+
+def replaced_lines(verdict: dict, backend: str) -> list:
+    """One line per distinct torch.compile call whose own backend, mode or options --backend replaced
+    (the child's `compile_backends` record), in every command's words."""
+    from tdbg.minifier.runs.own_backend import display
+    lines = []
+    for row in (verdict.get("compile_backends") or {}).get("rows") or []:
+        if row.get("replaced"):
+            calls = ", ".join(str(n) for n in row.get("calls") or [])
+            lines.append(f"your script asked for {row['asked']} (torch.compile call {calls}); ran "
+                         f"{display(row['ran'])} instead (--backend {backend})")
+    return lines

@@ -76,6 +76,8 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
     under = f" under {escape(common.ran_words(verdict, backend))}" if backend else ""
     c.print(f"[bold]{escape(script)}[/]{under}: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
             f"{t['graph_breaks']} graph break(s), {t['recompiles']} recompile(s)")
+    for line in common.replaced_lines(verdict, backend):
+        c.print(f"  [bold yellow]replaced:[/] {escape(line)}")
     for fn in report["functions"]:
         _render_function(c, fn)
     stopped = report.get("stopped_by")

@@ -273,15 +273,9 @@ def _ok_text(verdict: dict, graphs: list, backend: str) -> str:
 
 
 def _replaced_lines(verdict: dict, backend: str) -> None:
-    """Each torch.compile call whose own backend, mode or options --backend replaced."""
     from rich.markup import escape
-
-    from tdbg.minifier.runs.own_backend import display
-    for row in (verdict.get("compile_backends") or {}).get("rows") or []:
-        if row.get("replaced"):
-            calls = ", ".join(str(n) for n in row.get("calls") or [])
-            out().print(f"  [bold yellow]replaced:[/] your script asked for {escape(row['asked'])} (torch.compile "
-                        f"call {calls}); ran {escape(display(row['ran']))} instead (--backend {escape(backend)})")
+    for line in common.replaced_lines(verdict, backend):
+        out().print(f"  [bold yellow]replaced:[/] {escape(line)}")
 
 
 def _row(c, key: str, value) -> None:

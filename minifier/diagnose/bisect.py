@@ -176,7 +176,8 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     own = _own_backend(reference) if chosen == OWN else None
     chosen = own["backend"] if own else chosen
     chain = chain_for(chosen) if chosen else ()
-    result = {"backend": chosen, "own": own, "chain": list(chain), "reference": None, "backends": [],
+    result = {"backend": chosen, "own": own, "replaced": _replaced(reference, chosen) if not own else [],
+              "chain": list(chain), "reference": None, "backends": [],
               "first_failing_backend": None, "graph": None, "subsystems": [], "culprits": [], "workaround": None,
               "reproduce": None, "verdict": None}
     result["reference"] = _short_run(reference)
@@ -218,6 +219,13 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     else:
         result["verdict"] = _chain_verdict(backend, failing, chain)
     return result
+
+
+def _replaced(reference: dict, chosen: str) -> list:
+    """What the script's own torch.compile calls asked for that --backend `chosen` replaced."""
+    rows = (reference.get("compile_backends") or {}).get("rows") or []
+    return sorted({r["asked"] for r in rows if r.get("asked_name") != chosen or r.get("mode") not in (None, "default")
+                   or r.get("options")})
 
 
 def _own_backend(reference: dict) -> dict:

@@ -59,13 +59,21 @@ def choices_text(registered: Optional[list] = None) -> str:
     return text
 
 
+def nearest(name: str, names, prefix: str = "") -> str:
+    """' (did you mean X?)' for the closest of `names` to a misspelled `name`, else ''."""
+    import difflib
+    close = difflib.get_close_matches(name, list(names), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
+
+
 def check_name(name: str) -> None:
     """Validate the spelling of `name` without importing torch; raise BackendError if wrong."""
     if name in BUILTIN or name == OWN:
         return
     head, sep, func = name.rpartition(":")
     if not sep or not head or not func:
-        raise BackendError(f"unknown backend {name!r}: {choices_text()}.")
+        raise BackendError(f"unknown backend {name!r}{nearest(name, [OWN, *BUILTIN, 'torch:inductor'])}: "
+                           f"{choices_text()}.")
     if head == "torch":
         return
     if head.endswith(".py"):
@@ -144,8 +152,10 @@ def _torch_backend(func: str) -> Callable:
     from tdbg.compiler.torch_compat import lookup_backend
     registered = torch.compiler.list_backends(exclude_tags=())
     if func not in registered:
-        raise BackendError(f"unknown backend 'torch:{func}': Dynamo has no backend named {func!r}; "
-                           + choices_text(registered) + ".")
+        # the list a user picks from: Dynamo's own list (its testing and debug backends left out)
+        usable = torch.compiler.list_backends()
+        raise BackendError(f"unknown backend 'torch:{func}'{nearest(func, usable, 'torch:')}"
+                           f": Dynamo has no backend named {func!r}; " + choices_text(usable) + ".")
     return lookup_backend(func)
 
 

@@ -11,7 +11,8 @@ def test_valid_names_pass_the_torch_free_check(name):
 
 
 @pytest.mark.parametrize("name, phrase", [
-    ("inductr", "unknown backend 'inductr': choose one of eager, aot_eager, inductor, torch:NAME"),
+    ("inductr", "unknown backend 'inductr' (did you mean inductor or torch:inductor?): choose one of own (each "
+                "torch.compile call's own backend, the default), eager, aot_eager, inductor, torch:NAME"),
     ("nofile.py:fn", "file 'nofile.py' does not exist"),
     ("1bad:fn", "is not MODULE:FUNCTION or FILE.py:FUNCTION"),
 ])
@@ -19,6 +20,20 @@ def test_wrong_names_are_explained(name, phrase):
     with pytest.raises(backends.BackendError, match=None) as info:
         backends.check_name(name)
     assert phrase in str(info.value)
+
+
+def test_a_misspelled_dynamo_backend_gets_the_nearest_usable_names():
+    with pytest.raises(backends.BackendError) as info:
+        backends.resolve("torch:indcutor")
+    text = str(info.value)
+    assert text.startswith("unknown backend 'torch:indcutor' (did you mean torch:inductor?): Dynamo has no backend")
+    assert "TESTING_ONLY" not in text     # Dynamo's internal test backends are not offered
+
+
+def test_own_names_no_one_backend():
+    backends.check_name("own")            # a valid --backend value (every command's default) ...
+    with pytest.raises(backends.BackendError, match="resolved per compile call"):
+        backends.resolve("own")           # ... that only the child, per compile call, resolves
 
 
 def test_resolve_kinds():

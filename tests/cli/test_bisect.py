@@ -52,14 +52,18 @@ def test_foo2_accuracy_bug_ends_at_neg(scenarios):
     assert doc["culprits"][0]["target"] == "aten.neg.default"
     assert doc["workaround"] == {"fallback_ops": ["aten.neg.default"], "passes": True, "stage": None,
                                  "env": {"TDBG_FALLBACK_OPS": "aten.neg.default"}}
-    assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4"
+    assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4 --backend inductor"
+    # --backend replaced the script's own torch.compile default, and bisect says so
+    assert doc["replaced"] == ["inductor (torch.compile's default)"]
+    assert ("replaced: your script asked for inductor (torch.compile's default); the chain runs up to tdbg's compiler "
+            "(inductor) instead (--backend inductor)") in scenarios["bisect_foo2_accuracy"].stdout
 
 
 @pytest.mark.slow
 @pytest.mark.scenario("bisect_foo1_compile_error")
 def test_foo1_compile_error_ends_at_neg(scenarios):
     doc = _assert_ends_at_neg(scenarios["bisect_foo1_compile_error"], "cpp_build")
-    assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2"
+    assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2 --backend inductor"
 
 
 @pytest.mark.slow

@@ -16,7 +16,9 @@ BAD = {
     ("bisect", "does/not/exist.py"): ("bad_input", "does not exist"),
     ("explain", "does/not/exist.py"): ("bad_input", "does not exist"),
     ("run", f"{SCRIPTS}/bad_syntax.py"): ("bad_input", "does not parse: invalid syntax at line 1"),
-    ("run", "examples/foo2.py", "--backend", "nope"): ("bad_input", "unknown backend 'nope': choose one of eager"),
+    ("run", "examples/foo2.py", "--backend", "nope"): ("bad_input", "unknown backend 'nope': choose one of own"),
+    ("run", "examples/foo2.py", "--backend", "inductr"):
+        ("bad_input", "unknown backend 'inductr' (did you mean inductor or torch:inductor?): choose one of own"),
     ("run", "examples/foo2.py", "--backend", "missing.py:fn"): ("bad_input", "file 'missing.py' does not exist"),
     ("run", "examples/foo2.py", "--logs", "dynamo,bogus"): ("usage", "unknown log channel(s) bogus"),
     ("run", "examples/foo2.py", "--repro-level", "3"): ("usage", "need --repro-after"),

@@ -41,8 +41,10 @@ def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
     assert (err["graph"], err["frame"]) == (0, name.split("_")[1])
     script = "examples/foo1.py" if "foo1" in name else "examples/foo2.py"
     level = {"run_foo2_accuracy": "4", "run_foo2_crash": "3"}.get(name, "2")
-    assert r.json["next_commands"] == [f"tdbg bisect {script}", f"tdbg minify {script} --after aot --level {level}"]
-    assert f"tdbg bisect {script}" in r.stdout
+    # the runs name tdbg's compiler, so the commands they suggest do too (every command defaults to the script's own)
+    assert r.json["next_commands"] == [f"tdbg bisect {script} --backend inductor",
+                                       f"tdbg minify {script} --after aot --level {level} --backend inductor"]
+    assert f"tdbg bisect {script} --backend inductor" in r.stdout
 
 
 @pytest.mark.scenario("run_foo1_compile_error", "run_fullgraph")

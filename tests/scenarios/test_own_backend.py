@@ -108,3 +108,4 @@ def test_bisect_refuses_to_guess_between_several_backends(runs):
     assert r.json["verdict"]["summary"] == (
         "the script's torch.compile calls ask for several backends (counting_backend, eager); bisect follows one "
         "chain: choose the backend with --backend NAME")
+
