@@ -91,26 +91,30 @@ def config_problem(e: ValueError) -> str:
             "(`env | grep ^TDBG_` lists them).")
 
 
-def check_environment(uses_compiler: bool) -> None:
+def check_environment(backend: Optional[str]) -> None:
     """Before any work, in every command: the TDBG_* environment (TDBG_CONFIG, TDBG_INJECT_BUG,
-    TDBG_REPRO_AFTER/LEVEL, ...) must parse, and with `uses_compiler` the compile cache folder
-    must be writable. Fails with `bad_input` naming the variable (torch-free: only the config
-    module is imported)."""
+    TDBG_REPRO_AFTER/LEVEL, ...) must parse, and when `backend` runs tdbg's compiler the compile
+    cache folder must be writable (for `own`, which may or may not, only a folder the user named).
+    Fails with `bad_input` naming the variable (torch-free: only the config module is imported)."""
     from tdbg.compiler import config
     try:
         cfg = config.from_env()
         config.repro_from_env()
     except ValueError as e:
         fail(config_problem(e), "bad_input")
-    if uses_compiler:
-        _check_cache_dir(cfg.cache_dir)
+    named = _cache_dir_named()
+    if backend == "inductor" or (backend == OWN and named):
+        _check_cache_dir(cfg.cache_dir, named or "the default cache folder (TDBG_CACHE_DIR unset)")
 
 
-def _check_cache_dir(path: str) -> None:
+def _cache_dir_named() -> Optional[str]:
+    """Where the user named tdbg's cache folder, or None (the default folder)."""
     import os
-    named = ("TDBG_CACHE_DIR" if os.environ.get("TDBG_CACHE_DIR") else
-             "cache_dir of TDBG_CONFIG" if '"cache_dir"' in os.environ.get("TDBG_CONFIG", "") else
-             "the default cache folder (TDBG_CACHE_DIR unset)")
+    return ("TDBG_CACHE_DIR" if os.environ.get("TDBG_CACHE_DIR") else
+            "cache_dir of TDBG_CONFIG" if '"cache_dir"' in os.environ.get("TDBG_CONFIG", "") else None)
+
+
+def _check_cache_dir(path: str, named: str) -> None:
     problem = _unwritable_dir(path)
     if problem:
         fail(f"{named} {path}: {problem}; tdbg's compiler keeps its built kernels there. Point TDBG_CACHE_DIR "

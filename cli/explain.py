@@ -48,7 +48,8 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)
     render(report, verdict, problems, script, backend)
-    write_json(json_path, {"script": script, "argv": list(args), "backend": backend, "thresholds": thresholds,
+    write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
+                           "compile_backends": verdict.get("compile_backends"), "thresholds": thresholds,
                            "exceeded": problems, "exit_code": code, "status": verdict["status"],
                            "stage": verdict.get("stage"), "error": _short_error(verdict), **report},
                JSON_SCHEMA, JSON_VERSION)

@@ -57,8 +57,6 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-# command without a --backend option -> the backend it compiles with
-IMPLICIT_BACKEND = {"bisect": "inductor", "explain": "eager"}
 
 
 def guarded(name: str, command: click.Command) -> click.Command:
@@ -78,8 +76,7 @@ def guarded(name: str, command: click.Command) -> click.Command:
         from tdbg.cli.console import json_on_failure
         html_dir = params.pop("html_dir", None) if has_html else None
         json_on_failure(params.get("json_path"), f"tdbg.{name}")
-        # tdbg's compiler (whose cache folder must then be writable) runs only for backend inductor
-        check_environment(uses_compiler=params.get("backend", IMPLICIT_BACKEND.get(name)) == "inductor")
+        check_environment(params.get("backend"))
         with _Interrupt(name, params):
             if not html_dir:
                 return callback(*args, **params)

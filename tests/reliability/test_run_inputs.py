@@ -57,8 +57,8 @@ def test_repro_out_dir_holding_user_files_is_never_overwritten(no_child, tmp_pat
 
 
 def test_check_calls_needs_check_accuracy_and_a_positive_count(no_child):
-    code, text = _run(["--check-calls", "3"])
-    assert code == exit_code("usage") and "add --check-accuracy" in text
+    code, text = _run(["--no-check-accuracy", "--check-calls", "3"])
+    assert code == exit_code("usage") and "it cannot be combined with --no-check-accuracy" in text
     code, _ = _run(["--check-accuracy", "--check-calls", "0"])
     assert code == exit_code("usage")
 

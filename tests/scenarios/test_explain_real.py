@@ -30,7 +30,9 @@ def test_recompiles_are_the_real_backends(runs):
     code, output, doc = runs["recompiles"]
     # Dynamo alone (backend eager) recompiles once here: only torch:inductor's run exceeds 1
     assert code == exit_code("threshold"), output
-    assert doc["backend"] == "torch:inductor" and doc["exceeded"] == ["2 recompile(s) > --max-recompiles 1"]
+    assert doc["backend"] == "own" and doc["exceeded"] == ["2 recompile(s) > --max-recompiles 1"]
+    assert doc["compile_backends"]["names"] == ["torch:inductor"]     # the script's own: torch.compile's default
+    assert "under torch:inductor (the script's own)" in output
     (fn,) = doc["functions"]
     assert [r["changed"] for r in fn["recompiles"]] == [
         "argument `x` changed size in dim 0: 2 -> 3",

@@ -62,7 +62,7 @@ def test_mode_and_options_stay_with_the_call_and_are_reported_when_replaced(runs
     replaced = runs("mode_replaced")
     assert replaced.code == 0, replaced.output
     assert ("replaced: your script asked for inductor (torch.compile's default), mode=reduce-overhead "
-            "(torch.compile call 1); ran torch:eager instead (--backend eager)") in replaced.stdout
+            "(torch.compile call 1); ran eager instead (--backend eager)") in replaced.stdout
 
 
 def test_plain_run_compares_with_eager_and_ok_says_what_was_not_compared(runs):
