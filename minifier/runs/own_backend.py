@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from tdbg.minifier.runs.backends import OWN, Backend, resolve
@@ -64,10 +64,14 @@ class CallRecord:
     name: Optional[str]           # the asked backend as a --backend name (None: cannot be named)
     ran: Optional[str]            # the backend that compiled (None: the run was uncompiled)
     replaced: bool = False
-    extras_dropped: dict = field(default_factory=dict)
+    text: str = ""                # the asked backend in the script's words, taken while the script runs
+
+    def __post_init__(self):
+        # the script's module-level names are only reachable while it runs (see _main_key)
+        self.text = self.text or self.asked.text()
 
     def to_dict(self) -> dict:
-        return {"call": self.call, "asked": self.asked.text(), "asked_name": self.name,
+        return {"call": self.call, "asked": self.text, "asked_name": self.name,
                 "mode": self.asked.mode, "options": _json_safe(self.asked.options), "ran": self.ran,
                 "replaced": self.replaced}
 
@@ -144,7 +148,7 @@ def summary(records: list) -> dict:
         row.pop("call", None)
         out.append(row)
     return {"rows": out, "names": sorted({r.name for r in records if r.name}),
-            "unnamed": sorted({r.asked.text() for r in records if r.name is None})}
+            "unnamed": sorted({r.text for r in records if r.name is None})}
 
 
 def display(name: Optional[str]) -> str:
