@@ -23,6 +23,15 @@ LABELS = {
     "outputs_match": ("OUTPUTS MATCH (only outputs observable)", "yellow"),
     "error": ("COULD NOT COMPARE", "bold red"),
 }
+# stage verdict (diagnose/stages.py) -> (label, rich style) and its words in the summary line
+STAGE_LABELS = {
+    "ok": ("OK", "green"),
+    "aot": ("ATEN GRAPH DIFFERS (AOTAutograd)", "bold red"),
+    "compiled": ("COMPILED GRAPH DIFFERS", "bold red"),
+    "unjudged": ("STAGES NOT JUDGED", "yellow"),
+}
+STAGE_SUMMARY = {"aot": "AOTAutograd's aten graph already differs from the Dynamo graph",
+                 "compiled": "the compiled graph differs from the Dynamo graph"}
 # verdict -> how the summary line counts graphs with it
 SUMMARY_WORDS = {"ok": "ok", "culprit": "with a diverging op", "drift": "drifting", "fused": "diverging only when fused",
                  "outputs_differ": "with differing outputs", "outputs_match": "matching (outputs only)",
@@ -70,13 +79,18 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
 
 
 def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path) -> dict:
+    """The script run once as `tdbg run --check-accuracy --save-io` runs it, also saving each
+    Dynamo graph whole; then every saved graph compared node by node, each Dynamo graph's stages
+    (Dynamo graph vs aten graph vs compiled) judged, and the run's own check folded in: compare
+    never passes what that run fails."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     tmp = tempfile.mkdtemp(prefix="tdbg-compare-")
     try:
-        folder = os.path.join(tmp, "io")
-        with doing(f"the run of {script} with backend {backend}, saving each graph's inputs"):
+        folder, stages = os.path.join(tmp, "io"), os.path.join(tmp, "stages.json")
+        with doing(f"the run of {script} with backend {backend}, checking accuracy and saving each graph's inputs"):
             verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
-                                            save_io=folder, stdout_to_stderr=json_path == "-"))
+                                            check_accuracy=True, save_io=folder, stage_check=stages,
+                                            stdout_to_stderr=json_path == "-"))
         problem = _run_problem(verdict, script)
         if problem:
             message, code = problem
@@ -86,6 +100,9 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
         # each graph recompiles as the run compiled it (its replay spec: backend and config)
         doc = _compare_folder(folder, None, graphs, tolerance, named=(backend, script))
         doc.update(target=script, argv=args, backend=backend)
+        doc["stages"] = _read_stages(stages)
+        doc["script_run"] = _script_run(verdict)
+        _conclude(doc)
         return doc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -93,10 +110,13 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
 
 def _run_problem(verdict: dict, script: str):
     """(message, exit code) when the run gives nothing to compare, else None. A run that fails
-    on accuracy still saved its graphs: comparing them is the point."""
+    on accuracy still saved its graphs: comparing them is the point; so did a script that failed
+    on its own after its compiled graphs ran (an assert on their wrong result)."""
     if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
         return common.never_compiled_message(script), exit_code("bad_input")
     if verdict["status"] == "ok" or verdict.get("stage") == "accuracy":
+        return None
+    if verdict.get("stage") == "script" and (verdict.get("save_io") or {}).get("graphs"):
         return None
     err = verdict.get("error") or {}
     words = common.STAGE_WORDS.get(verdict.get("stage"), verdict.get("stage"))
@@ -104,6 +124,41 @@ def _run_problem(verdict: dict, script: str):
     first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
     return (f"the run of {script} failed before there was anything to compare: {words}{where}: "
             f"{first} (`tdbg run {script}` reports it in full).", common.stage_exit_code(verdict))
+
+
+def _script_run(verdict: dict) -> dict:
+    """How the script's run ended: {status, stage, message (the error's first line), source}."""
+    err = verdict.get("error") or {}
+    first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
+    return {"status": verdict["status"], "stage": verdict.get("stage"), "message": first[:300] or None,
+            "source": err.get("source"), "exit_code": common.stage_exit_code(verdict)}
+
+
+def _read_stages(path: str) -> list:
+    """The run's stage checks (diagnose/stages.py), one dict per Dynamo graph; [] when none ran."""
+    import json
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+def _conclude(doc: dict) -> None:
+    """Fold the stage verdicts and the run's own accuracy check into the exit code and summary:
+    an accuracy failure anywhere is 16, whatever the per-node comparison found."""
+    stages, run = doc.get("stages") or [], doc.get("script_run") or {}
+    wrong = [s for s in stages if s["diverged"]]
+    if wrong:
+        doc["message"] += "; " + ", ".join(f"{s['name']}: {STAGE_SUMMARY[s['verdict']]}" for s in wrong)
+    if run.get("stage") == "accuracy" and not wrong and not any(g.get("diverged") for g in doc["graphs"]):
+        doc["message"] += ("; but the run's own check (as `tdbg run --check-accuracy`) failed: "
+                           f"{run.get('message')} (no node or stage compared here shows it)")
+    if wrong or run.get("stage") == "accuracy":
+        doc.update(exit_code=exit_code("accuracy"), status="failed")
+    if run.get("stage") == "script":
+        doc["message"] += (f"; the script failed after its compiled graphs ran"
+                           + (f" at {_relative(run['source'])}" if run.get("source") else "") + f": {run['message']}")
 
 
 def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
@@ -179,9 +234,36 @@ def render(doc: dict) -> None:
     if doc.get("run"):
         c.print(f"[bold red]error:[/] {escape(doc['message'])}")
         return
+    for s in doc.get("stages") or []:
+        _render_stages(c, s)
     for g in doc["graphs"]:
         _render_graph(c, g)
     c.print(f"\n[bold]{escape(doc['message'])}[/]")
+
+
+def _render_stages(c, s: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    label, style = STAGE_LABELS[s["verdict"]]
+    c.print(f"\n[bold]{escape(s['name'])}[/] (Dynamo graph vs aten graph vs compiled, backend "
+            f"{escape(str(s['backend']))}): [{style}]{label}[/]")
+    c.print(f"  {escape(s['message'])}")
+    if s.get("culprit"):
+        k = s["culprit"]
+        c.print(f"  [bold]source:[/] {escape(_relative(k.get('source')) or 'unknown (the node has no user line)')}")
+        c.print(f"  [bold]FX node:[/] {escape(k['name'])} = {escape(k['op'])}(...) (Dynamo graph node {k['index']})")
+    if s["diverged"]:
+        t = Table(box=None, pad_edge=False, show_edge=False)
+        for col in ("value", "aten vs eager", "compiled vs eager"):
+            t.add_column(col, justify="left" if col == "value" else "right", no_wrap=True)
+        for v in s["values"]:
+            cells = [_num(v[k]["abs_eager"]) + (" x" if v[k]["diverges"] else "") if v.get(k) else "-"
+                     for k in ("aot", "compiled")]
+            t.add_row(escape(v["path"]), *cells, style="red" if any(c.endswith(" x") for c in cells) else None)
+        from rich.padding import Padding
+        c.print(Padding(t, (0, 0, 0, 2)))
+    for note in s.get("notes", []):
+        c.print(f"  [dim]note: {escape(note)}[/]")
 
 
 def _render_graph(c, g: dict) -> None:
