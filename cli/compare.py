@@ -79,17 +79,17 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
 
 
 def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path) -> dict:
-    """The script run once as `tdbg run --check-accuracy --save-io` runs it, also saving each
-    Dynamo graph whole; then every saved graph compared node by node, each Dynamo graph's stages
-    (Dynamo graph vs aten graph vs compiled) judged, and the run's own check folded in: compare
-    never passes what that run fails."""
+    """The script run once as `tdbg run --save-io` runs it, each Dynamo graph's stages (Dynamo
+    graph vs aten graph vs compiled: outputs and inputs written) judged at its first call; then
+    every saved aten graph compared node by node. The run is not stopped at a wrong result (as
+    --check-accuracy would stop it): later graphs, the backward among them, are compared too."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     tmp = tempfile.mkdtemp(prefix="tdbg-compare-")
     try:
         folder, stages = os.path.join(tmp, "io"), os.path.join(tmp, "stages.json")
-        with doing(f"the run of {script} with backend {backend}, checking accuracy and saving each graph's inputs"):
+        with doing(f"the run of {script} with backend {backend}, judging each graph's stages and saving its inputs"):
             verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
-                                            check_accuracy=True, save_io=folder, stage_check=stages,
+                                            save_io=folder, stage_check=stages,
                                             stdout_to_stderr=json_path == "-"))
         problem = _run_problem(verdict, script)
         if problem:
