@@ -58,8 +58,11 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
     (as `tdbg run --save-io`), or a folder written by `tdbg run --save-io` (or one DIR/GRAPH).
     Each graph (forward and backward) runs eager, in float64 and compiled with every node
     realized; per node: errors against float64 and eager, and the first node beyond the
-    dtype's tolerance with its source line and kernel. Error that grows over many ops is shown
-    as drift, not blamed on one op.
+    dtype's tolerance with its source line and kernel; an op whose result flips on inputs within
+    tolerance (a comparison or mask boundary) is a culprit too. Error that grows over many ops is
+    shown as drift, not blamed on one op. On a script, each Dynamo graph's stages are judged as
+    well (Dynamo graph vs aten graph vs compiled, outputs and inputs written in place), so an
+    AOTAutograd bug is named; a script that fails after its compiled graphs is still compared.
     """
     common.check_output_file(json_path, "--json")
     if json_path == "-":
@@ -163,11 +166,12 @@ def _conclude(doc: dict) -> None:
 
 def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
     from tdbg.compiler.errors import TdbgError
-    from tdbg.minifier.artifacts.saved_io import load_graph, read_manifest, split_path
+    from tdbg.minifier.artifacts.saved_io import read_manifest, split_path
     directory, one = split_path(folder)
     try:
         manifest = read_manifest(directory)
         names = [one] if one else [row.get("name", "") for row in manifest["graphs"]]
+        kinds = {row.get("name", ""): row.get("kind", "") for row in manifest["graphs"]}
         unknown = [g for g in graphs if g not in names]
         if unknown:
             fail(f"{directory} has no saved graph {', '.join(unknown)}; it has: {', '.join(names) or 'none'}.",
@@ -177,14 +181,30 @@ def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
             skipped = "; ".join(str(s.get("reason", s)) for s in manifest.get("skipped", []) if isinstance(s, dict))
             fail(f"{directory} holds no saved graph to compare" + (f" ({skipped})" if skipped else "") + ".",
                  "bad_input")
-        saved = [load_graph(directory, n) for n in names]
+        saved = [_load(directory, n, kinds.get(n), named) for n in names]
     except TdbgError as e:   # SavedIOError: a damaged or tampered folder is bad input, never a verdict
         fail(str(e), getattr(e, "stage", "bad_input"))
-    rows = [_compare_one(g, directory, backend, tolerance, named) for g in saved]
+    rows = [g if isinstance(g, dict) else _compare_one(g, directory, backend, tolerance, named) for g in saved]
     code = _exit_code(rows)
     return {"target": folder, "backend": backend or manifest.get("backend"), "status": "ok" if code == 0 else "failed",
             "exit_code": code, "graphs": rows,
             "message": _summary(rows)}
+
+
+def _load(directory, name, kind, named):
+    """A saved graph; for a script's run (`named`), a graph tdbg saved but cannot load back is an
+    `error` row of its own (stage internal: tdbg's limit, not the user's input) and the others
+    are still compared; a folder the user gave must load whole."""
+    from tdbg.compiler.errors import TdbgError
+    from tdbg.minifier.artifacts.saved_io import load_graph
+    try:
+        return load_graph(directory, name)
+    except TdbgError as e:
+        if not named:
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        return {"name": name, "kind": kind or "graph", "verdict": "error", "stage": "internal", "diverged": None,
+                "message": f"tdbg could not load the graph it saved back: {first.replace(directory + os.sep, '')}"}
 
 
 def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
