@@ -159,6 +159,10 @@ def _conclude(doc: dict) -> None:
                            f"{run.get('message')} (no node or stage compared here shows it)")
     if wrong or run.get("stage") == "accuracy":
         doc.update(exit_code=exit_code("accuracy"), status="failed")
+    unjudged = [s for s in stages if s["verdict"] == "unjudged"]
+    if unjudged:   # an unjudged stage is never silently a pass
+        doc["message"] += f"; {unjudged[0]['name']}'s stages not judged: {unjudged[0]['message']}" + (
+            f" (and {len(unjudged) - 1} more graph(s))" if len(unjudged) > 1 else "")
     if run.get("stage") == "script":
         doc["message"] += (f"; the script failed after its compiled graphs ran"
                            + (f" at {_relative(run['source'])}" if run.get("source") else "") + f": {run['message']}")

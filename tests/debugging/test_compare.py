@@ -300,3 +300,61 @@ def test_drift_rows_never_flip():
     r = compare_graph(gm, inputs, drift.noisy_compiler, kind="inference")
     assert r.verdict == "drift"
     assert r.first_divergence.flips is False and r.first_divergence.origin is None
+
+
+# -- stages: Dynamo graph vs aten graph vs compiled ---------------------------------------------
+def _dynamo_graph(fn, *args):
+    """(Dynamo's graph of fn, its real inputs), captured by a backend that runs it as is."""
+    import copy
+    got = []
+
+    def grab(gm, example_inputs):
+        got.append((copy.deepcopy(gm), [a.clone() for a in example_inputs]))
+        return gm
+    torch._dynamo.reset()
+    torch.compile(fn, backend=grab)(*[a.clone() for a in args])
+    return got[0]
+
+
+def _slice_write(x):   # PyTorch #162151: AOTAutograd gets the second write wrong
+    x = x.permute(2, 1, 0)
+    x[0] += 1
+    x[0] = x[0].t()
+    return x
+
+
+def _neg_then_add(x):
+    return torch.neg(x) + 1
+
+
+def test_an_aten_graph_already_wrong_is_the_aot_stage_with_its_dynamo_node():
+    from tdbg.minifier.diagnose.divergence import node_sources
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(_slice_write, torch.arange(1.0, 9.0).reshape(2, 2, 2))
+    r = compare_stages(gm, inputs, "torch:aot_eager", sources=node_sources(gm), name="g0")
+    assert (r.verdict, r.diverged) == ("aot", True)
+    line = _slice_write.__code__.co_firstlineno + 3
+    assert r.culprit == {"name": "setitem_1", "op": "setitem", "index": 6,
+                         "source": f"{__file__}:{line} in _slice_write: x[0] = x[0].t()"}
+    assert [(v.path, v.aot["diverges"], v.compiled["diverges"]) for v in r.values] == [
+        ("out[0]", True, True), ("input l_x_", True, True)]
+
+
+def test_a_compiler_bug_is_the_compiled_stage_and_a_healthy_graph_is_ok():
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
+    bad = compare_stages(gm, inputs, "inductor", config=_neg_bug())
+    assert (bad.verdict, bad.culprit) == ("compiled", None)
+    assert [(v.path, v.aot["diverges"], v.compiled["diverges"]) for v in bad.values] == [
+        ("out[0]", False, True), ("input l_x_", False, False)]
+    assert bad.message.endswith("while the aten graph matches it: the compiler is at fault")
+    good = compare_stages(gm, inputs, "inductor", config=tconfig.current().replace(inject_bug=None))
+    assert (good.verdict, good.message) == (
+        "ok", "2 value(s) (outputs and inputs after the call) match at every stage")
+
+
+def test_a_graph_drawing_random_numbers_is_not_judged_by_stages():
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(lambda x: torch.nn.functional.dropout(x, 0.5) + 1, torch.randn(16))
+    r = compare_stages(gm, inputs, "torch:aot_eager")
+    assert (r.verdict, r.diverged, r.values) == ("unjudged", False, [])

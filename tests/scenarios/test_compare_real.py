@@ -23,17 +23,20 @@ SLICE, MUTATE, MARGIN = (f"{S}/issue_162151_slice_write.py", f"{S}/issue_162151_
 SETITEM_LINE = "issue_162151_slice_write.py:9 in foo: x[0] = x[0].t()"
 MARGIN_LINE = ('issue_185517_bf16_margin.py:8 in fn: return torch.nn.functional.margin_ranking_loss(x, y, t, '
                'margin=1.7, reduction="mean")')
-CASES = {   # name -> (script, backend, exit code of `run --check-accuracy`, of `compare`)
-    "slice_inductor": (SLICE, "torch:inductor", 16, 16),
-    "slice_aot_eager": (SLICE, "torch:aot_eager", 16, 16),
-    "margin_inductor": (MARGIN, "torch:inductor", 0, 16),
+NEG = {"TDBG_INJECT_BUG": "neg:accuracy"}
+CASES = {   # name -> (script, backend, environment, exit code of `run --check-accuracy`, of `compare`)
+    "slice_inductor": (SLICE, "torch:inductor", {}, 16, 16),
+    "slice_aot_eager": (SLICE, "torch:aot_eager", {}, 16, 16),
+    # run's check passes: float64 flips like the compiled graph and excuses the gradient
+    "margin_inductor": (MARGIN, "torch:inductor", {}, 0, 16),
+    "foo2_neg": ("examples/foo2.py", "inductor", NEG, 16, 16),
 }
 
 
 def _commands():
-    for script, backend, _, _ in CASES.values():
-        yield ("compare", script, "--backend", backend), {"COLUMNS": "200"}
-        yield ("run", script, "--backend", backend, "--check-accuracy"), {}
+    for script, backend, env, _, _ in CASES.values():
+        yield ("compare", script, "--backend", backend), dict(env, COLUMNS="200")
+        yield ("run", script, "--backend", backend, "--check-accuracy"), env
     yield ("compare", MUTATE, "--backend", "torch:inductor"), {"COLUMNS": "200"}
 
 
@@ -44,14 +47,14 @@ def runs(tdbg_runs):
 
 
 def _compare(runs, name):
-    script, backend, _, _ = CASES[name]
-    return runs(("compare", script, "--backend", backend), {"COLUMNS": "200"})
+    script, backend, env, _, _ = CASES[name]
+    return runs(("compare", script, "--backend", backend), dict(env, COLUMNS="200"))
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_compare_never_passes_what_run_fails(runs, name):
-    script, backend, run_code, compare_code = CASES[name]
-    ran = runs(("run", script, "--backend", backend, "--check-accuracy"))
+    script, backend, env, run_code, compare_code = CASES[name]
+    ran = runs(("run", script, "--backend", backend, "--check-accuracy"), env)
     compared = _compare(runs, name)
     assert ran.code == run_code, ran.output
     assert compared.code == compare_code == compared.json["exit_code"], compared.output
@@ -116,6 +119,16 @@ def test_a_script_failing_after_the_compiled_call_is_still_compared(runs):
     # nothing is returned: only the input written in place shows the bug
     assert [(v["path"], v["aot"]["diverges"]) for v in stage["values"]] == [("input l_x_", True)]
     assert r.json["script_run"]["message"].startswith("AssertionError: Tensor-likes are not close!")
+
+
+def test_an_injected_compiler_bug_is_the_compiled_stage_and_its_op(runs):
+    r = _compare(runs, "foo2_neg")
+    assert [(s["name"], s["verdict"], s["culprit"]) for s in r.json["stages"]] == [("g0_dynamo_c1", "compiled", None)]
+    [g] = r.json["graphs"]
+    assert (g["verdict"], g["culprit"]["name"], g["culprit"]["source"]) == (
+        "culprit", "neg", os.path.join(ROOT, "examples/foo2.py:6 in foo2: a = torch.neg(x1)"))
+    assert r.json["message"] == ("1 graph(s): 1 with a diverging op; g0_dynamo_c1: the compiled graph differs from "
+                                 "the Dynamo graph")
 
 
 def test_a_single_bf16_flip_is_a_culprit_with_its_line_not_drift(runs):
