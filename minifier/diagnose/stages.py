@@ -237,8 +237,8 @@ class StageRecorder:
     (a JSON list of StageComparison dicts). A failure of the check itself is recorded as
     `unjudged` with its first line; the user's call always runs as it would have."""
 
-    def __init__(self, backend, config, path: str):
-        self.backend, self.config, self.path = backend, config, path
+    def __init__(self, backend, config, path: str, tolerance: Optional[float] = None):
+        self.backend, self.config, self.path, self.tolerance = backend, config, path, tolerance
         self.rows: list = []
 
     def wrap(self, backend_fn):
@@ -265,7 +265,7 @@ class StageRecorder:
         rng = torch.get_rng_state()
         try:
             row = compare_stages(snap, _fresh(args), self.backend, config=self.config, sources=sources,
-                                 name=name).to_dict()
+                                 name=name, tolerance=self.tolerance).to_dict()
         except Exception as e:   # the check must not change the user's run; it says it could not judge
             row = StageComparison(name, getattr(self.backend, "name", str(self.backend)), "unjudged",
                                   f"its stages could not be judged ({type(e).__name__}: "

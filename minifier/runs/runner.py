@@ -64,9 +64,10 @@ class RunRequest:
     # compiled call times are saved too.
     save_io: Optional[str] = None
     save_io_profile: bool = False
-    # a JSON file: each Dynamo graph's stages (Dynamo graph vs aten graph vs compiled) judged at
-    # its first call and written there (diagnose/stages.StageRecorder; `tdbg compare` reads it)
-    stage_check: Optional[str] = None
+    # {"path": a JSON file, "tolerance": float or None}: each Dynamo graph's stages (Dynamo graph
+    # vs aten graph vs compiled) judged at its first call and written to path
+    # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
+    stage_check: Optional[dict] = None
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -334,7 +335,7 @@ def _child(spec: dict) -> dict:
                 return _bad_input(str(e))
     if spec.get("stage_check") and backend_fn is not None:
         from tdbg.minifier.diagnose.stages import StageRecorder
-        backend_fn = StageRecorder(backend, cfg, spec["stage_check"]).wrap(backend_fn)
+        backend_fn = StageRecorder(backend, cfg, **spec["stage_check"]).wrap(backend_fn)
     session = instrument.Session(backend_fn, backend_kind=kind, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],

@@ -102,6 +102,10 @@ def test_the_inductor_aten_graph_itself_matches_its_compiled_code(runs):
     stage check is what tells the user that graph is already wrong."""
     r = _compare(runs, "slice_inductor")
     assert [(g["name"], g["verdict"]) for g in r.json["graphs"]] == [("g0_inference_c1", "ok")]
+    # ... and says that this OK is no correct result
+    assert "): OK AGAINST ITS ATEN GRAPH (which is wrong)" in r.stdout
+    assert r.json["graphs"][0]["notes"][-1].endswith(
+        "the aten graph itself differs from the Dynamo graph (g0_dynamo_c1 above), so OK here is not a correct result")
     assert r.json["script_run"]["stage"] == "script"   # the script's own assert, after the compiled call
     assert "the script failed after its compiled graphs ran at " in r.json["message"]
     assert r.json["message"].endswith("issue_162151_slice_write.py:17 in <module>: torch.testing.assert_close(res, "
