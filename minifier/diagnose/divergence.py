@@ -179,7 +179,10 @@ def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str 
         from tdbg.repro_templates import runtime
         spec = dict(backend.spec, aot=dict(backend.spec.get("aot") or {}, graph=kind))
         realizes = kind != "dynamo" and spec.get("after", "aot") == "aot"
-        return backend.label, (lambda gm, inputs: unboxed(runtime.compile_graph(gm, inputs, spec, backend.folder))), \
+        # a Dynamo-level backend's result is called as Dynamo calls it: positional args (an
+        # aot_autograd result carries a stale `_boxed_call`, see instrument.call_compiled)
+        wrap = unboxed if spec.get("after", "aot") == "aot" else (lambda compiled: compiled)
+        return backend.label, (lambda gm, inputs: wrap(runtime.compile_graph(gm, inputs, spec, backend.folder))), \
             realizes
     if callable(backend) and not isinstance(backend, backends.Backend):
         return getattr(backend, "__name__", "callable"), (lambda gm, inputs: unboxed(backend(gm, inputs))), True
@@ -188,7 +191,7 @@ def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str 
     if kind != "dynamo" and family in ATEN_COMPILERS:
         fn = getattr(resolved, "compiler_fn", resolved)
         return resolved.name, ATEN_COMPILERS[family](fn, config, name, kind), True
-    return resolved.name, (lambda gm, inputs: unboxed(resolved.compiler_fn(gm, inputs))), False
+    return resolved.name, (lambda gm, inputs: resolved.compiler_fn(gm, inputs)), False
 
 
 # -- running the graph node by node -------------------------------------------------------------
