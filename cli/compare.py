@@ -23,6 +23,15 @@ LABELS = {
     "outputs_match": ("OUTPUTS MATCH (only outputs observable)", "yellow"),
     "error": ("COULD NOT COMPARE", "bold red"),
 }
+# stage verdict (diagnose/stages.py) -> (label, rich style) and its words in the summary line
+STAGE_LABELS = {
+    "ok": ("OK", "green"),
+    "aot": ("ATEN GRAPH DIFFERS (AOTAutograd)", "bold red"),
+    "compiled": ("COMPILED GRAPH DIFFERS", "bold red"),
+    "unjudged": ("STAGES NOT JUDGED", "yellow"),
+}
+STAGE_SUMMARY = {"aot": "AOTAutograd's aten graph already differs from the Dynamo graph",
+                 "compiled": "the compiled graph differs from the Dynamo graph"}
 # verdict -> how the summary line counts graphs with it
 SUMMARY_WORDS = {"ok": "ok", "culprit": "with a diverging op", "drift": "drifting", "fused": "diverging only when fused",
                  "outputs_differ": "with differing outputs", "outputs_match": "matching (outputs only)",
@@ -49,8 +58,11 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
     (as `tdbg run --save-io`), or a folder written by `tdbg run --save-io` (or one DIR/GRAPH).
     Each graph (forward and backward) runs eager, in float64 and compiled with every node
     realized; per node: errors against float64 and eager, and the first node beyond the
-    dtype's tolerance with its source line and kernel. Error that grows over many ops is shown
-    as drift, not blamed on one op.
+    dtype's tolerance with its source line and kernel; an op whose result flips on inputs within
+    tolerance (a comparison or mask boundary) is a culprit too. Error that grows over many ops is
+    shown as drift, not blamed on one op. On a script, each Dynamo graph's stages are judged as
+    well (Dynamo graph vs aten graph vs compiled, outputs and inputs written in place), so an
+    AOTAutograd bug is named; a script that fails after its compiled graphs is still compared.
     """
     common.check_output_file(json_path, "--json")
     if json_path == "-":
@@ -70,13 +82,18 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
 
 
 def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path) -> dict:
+    """The script run once as `tdbg run --save-io` runs it, each Dynamo graph's stages (Dynamo
+    graph vs aten graph vs compiled: outputs and inputs written) judged at its first call; then
+    every saved aten graph compared node by node. The run is not stopped at a wrong result (as
+    --check-accuracy would stop it): later graphs, the backward among them, are compared too."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     tmp = tempfile.mkdtemp(prefix="tdbg-compare-")
     try:
-        folder = os.path.join(tmp, "io")
-        with doing(f"the run of {script} with backend {backend}, saving each graph's inputs"):
+        folder, stages = os.path.join(tmp, "io"), os.path.join(tmp, "stages.json")
+        with doing(f"the run of {script} with backend {backend}, judging each graph's stages and saving its inputs"):
             verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
-                                            save_io=folder, stdout_to_stderr=json_path == "-"))
+                                            save_io=folder, stage_check={"path": stages, "tolerance": tolerance},
+                                            stdout_to_stderr=json_path == "-"))
         problem = _run_problem(verdict, script)
         if problem:
             message, code = problem
@@ -86,6 +103,9 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
         # each graph recompiles as the run compiled it (its replay spec: backend and config)
         doc = _compare_folder(folder, None, graphs, tolerance, named=(backend, script))
         doc.update(target=script, argv=args, backend=backend)
+        doc["stages"] = _read_stages(stages)
+        doc["script_run"] = _script_run(verdict)
+        _conclude(doc)
         return doc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -93,10 +113,13 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
 
 def _run_problem(verdict: dict, script: str):
     """(message, exit code) when the run gives nothing to compare, else None. A run that fails
-    on accuracy still saved its graphs: comparing them is the point."""
+    on accuracy still saved its graphs: comparing them is the point; so did a script that failed
+    on its own after its compiled graphs ran (an assert on their wrong result)."""
     if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
         return common.never_compiled_message(script), exit_code("bad_input")
     if verdict["status"] == "ok" or verdict.get("stage") == "accuracy":
+        return None
+    if verdict.get("stage") == "script" and (verdict.get("save_io") or {}).get("graphs"):
         return None
     err = verdict.get("error") or {}
     words = common.STAGE_WORDS.get(verdict.get("stage"), verdict.get("stage"))
@@ -106,13 +129,59 @@ def _run_problem(verdict: dict, script: str):
             f"{first} (`tdbg run {script}` reports it in full).", common.stage_exit_code(verdict))
 
 
+def _script_run(verdict: dict) -> dict:
+    """How the script's run ended: {status, stage, message (the error's first line), source}."""
+    err = verdict.get("error") or {}
+    first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
+    return {"status": verdict["status"], "stage": verdict.get("stage"), "message": first[:300] or None,
+            "source": err.get("source"), "exit_code": common.stage_exit_code(verdict)}
+
+
+def _read_stages(path: str) -> list:
+    """The run's stage checks (diagnose/stages.py), one dict per Dynamo graph; [] when none ran."""
+    import json
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+def _conclude(doc: dict) -> None:
+    """Fold the stage verdicts and the run's own accuracy check into the exit code and summary:
+    an accuracy failure anywhere is 16, whatever the per-node comparison found."""
+    stages, run = doc.get("stages") or [], doc.get("script_run") or {}
+    wrong = [s for s in stages if s["diverged"]]
+    aot = [s["name"] for s in stages if s["verdict"] == "aot"]
+    for g in doc["graphs"] if aot else []:
+        if g["verdict"] == "ok":   # compiled == its aten graph run eagerly: no proof the aten graph is right
+            g.setdefault("notes", []).append(
+                f"this compares the compiled code with its aten graph run eagerly; the aten graph itself differs "
+                f"from the Dynamo graph ({', '.join(aot)} above), so OK here is not a correct result")
+    if wrong:
+        doc["message"] += "; " + ", ".join(f"{s['name']}: {STAGE_SUMMARY[s['verdict']]}" for s in wrong)
+    if run.get("stage") == "accuracy" and not wrong and not any(g.get("diverged") for g in doc["graphs"]):
+        doc["message"] += ("; but the run's own check (as `tdbg run --check-accuracy`) failed: "
+                           f"{run.get('message')} (no node or stage compared here shows it)")
+    if wrong or run.get("stage") == "accuracy":
+        doc.update(exit_code=exit_code("accuracy"), status="failed")
+    unjudged = [s for s in stages if s["verdict"] == "unjudged"]
+    if unjudged:   # an unjudged stage is never silently a pass
+        doc["message"] += f"; {unjudged[0]['name']}'s stages not judged: {unjudged[0]['message']}" + (
+            f" (and {len(unjudged) - 1} more graph(s))" if len(unjudged) > 1 else "")
+    if run.get("stage") == "script":
+        doc["message"] += (f"; the script failed after its compiled graphs ran"
+                           + (f" at {_relative(run['source'])}" if run.get("source") else "") + f": {run['message']}")
+
+
 def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
     from tdbg.compiler.errors import TdbgError
-    from tdbg.minifier.artifacts.saved_io import load_graph, read_manifest, split_path
+    from tdbg.minifier.artifacts.saved_io import read_manifest, split_path
     directory, one = split_path(folder)
     try:
         manifest = read_manifest(directory)
         names = [one] if one else [row.get("name", "") for row in manifest["graphs"]]
+        kinds = {row.get("name", ""): row.get("kind", "") for row in manifest["graphs"]}
         unknown = [g for g in graphs if g not in names]
         if unknown:
             fail(f"{directory} has no saved graph {', '.join(unknown)}; it has: {', '.join(names) or 'none'}.",
@@ -122,14 +191,30 @@ def _compare_folder(folder, backend, graphs, tolerance, named=None) -> dict:
             skipped = "; ".join(str(s.get("reason", s)) for s in manifest.get("skipped", []) if isinstance(s, dict))
             fail(f"{directory} holds no saved graph to compare" + (f" ({skipped})" if skipped else "") + ".",
                  "bad_input")
-        saved = [load_graph(directory, n) for n in names]
+        saved = [_load(directory, n, kinds.get(n), named) for n in names]
     except TdbgError as e:   # SavedIOError: a damaged or tampered folder is bad input, never a verdict
         fail(str(e), getattr(e, "stage", "bad_input"))
-    rows = [_compare_one(g, directory, backend, tolerance, named) for g in saved]
+    rows = [g if isinstance(g, dict) else _compare_one(g, directory, backend, tolerance, named) for g in saved]
     code = _exit_code(rows)
     return {"target": folder, "backend": backend or manifest.get("backend"), "status": "ok" if code == 0 else "failed",
             "exit_code": code, "graphs": rows,
             "message": _summary(rows)}
+
+
+def _load(directory, name, kind, named):
+    """A saved graph; for a script's run (`named`), a graph tdbg saved but cannot load back is an
+    `error` row of its own (stage internal: tdbg's limit, not the user's input) and the others
+    are still compared; a folder the user gave must load whole."""
+    from tdbg.compiler.errors import TdbgError
+    from tdbg.minifier.artifacts.saved_io import load_graph
+    try:
+        return load_graph(directory, name)
+    except TdbgError as e:
+        if not named:
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        return {"name": name, "kind": kind or "graph", "verdict": "error", "stage": "internal", "diverged": None,
+                "message": f"tdbg could not load the graph it saved back: {first.replace(directory + os.sep, '')}"}
 
 
 def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
@@ -179,14 +264,43 @@ def render(doc: dict) -> None:
     if doc.get("run"):
         c.print(f"[bold red]error:[/] {escape(doc['message'])}")
         return
+    for s in doc.get("stages") or []:
+        _render_stages(c, s)
     for g in doc["graphs"]:
         _render_graph(c, g)
     c.print(f"\n[bold]{escape(doc['message'])}[/]")
 
 
+def _render_stages(c, s: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    label, style = STAGE_LABELS[s["verdict"]]
+    c.print(f"\n[bold]{escape(s['name'])}[/] (Dynamo graph vs aten graph vs compiled, backend "
+            f"{escape(str(s['backend']))}): [{style}]{label}[/]")
+    c.print(f"  {escape(s['message'])}")
+    if s.get("culprit"):
+        k = s["culprit"]
+        c.print(f"  [bold]source:[/] {escape(_relative(k.get('source')) or 'unknown (the node has no user line)')}")
+        c.print(f"  [bold]FX node:[/] {escape(k['name'])} = {escape(k['op'])}(...) (Dynamo graph node {k['index']})")
+    if s["diverged"]:
+        t = Table(box=None, pad_edge=False, show_edge=False)
+        for col in ("value", "aten vs eager", "compiled vs eager"):
+            t.add_column(col, justify="left" if col == "value" else "right", no_wrap=True)
+        for v in s["values"]:
+            cells = [_num(v[k]["abs_eager"]) + (" x" if v[k]["diverges"] else "") if v.get(k) else "-"
+                     for k in ("aot", "compiled")]
+            t.add_row(escape(v["path"]), *cells, style="red" if any(c.endswith(" x") for c in cells) else None)
+        from rich.padding import Padding
+        c.print(Padding(t, (0, 0, 0, 2)))
+    for note in s.get("notes", []):
+        c.print(f"  [dim]note: {escape(note)}[/]")
+
+
 def _render_graph(c, g: dict) -> None:
     from rich.markup import escape
     label, style = LABELS[g["verdict"]]
+    if g["verdict"] == "ok" and g.get("notes") and "aten graph itself differs" in g["notes"][-1]:
+        label, style = "OK AGAINST ITS ATEN GRAPH (which is wrong)", "yellow"
     if g["verdict"] == "error":
         c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}): [{style}]{label}[/] "
                 f"({escape(common.STAGE_WORDS.get(g['stage'], g['stage']))}): {escape(g['message'])}")

@@ -19,9 +19,13 @@ within `FP64_MULTIPLIER` times eager's own error plus atol). A node is *locally 
 same rule fails against its op re-run eagerly (and in float64) on the COMPILED values of its
 inputs: that separates an op that computes wrongly from error it only inherits.
 
-Verdicts (VERDICTS): `culprit` (the first node that diverges and is locally wrong: its source
-line, FX node and kernel), `drift` (nodes diverge but no op is locally wrong: error grew over
-many ops; the per-node error curve is the evidence), `fused` (the original graph's outputs
+Verdicts (VERDICTS): `culprit` (the first node that diverges and is locally wrong, or that
+*flips*: its inputs are all within tolerance and it computes right from them, yet its error is
+FLIP_GAIN times theirs in tolerance units, or any error at all in a bool/integer result, as a
+comparison, mask or rounding boundary crossed by a tiny difference gives; its source line, FX
+node and kernel, and for a flip the node where the difference starts), `drift` (nodes diverge,
+no op is locally wrong and none flips: error grew over many ops; the per-node error curve is
+the evidence), `fused` (the original graph's outputs
 diverge though no realized node does: the bug needs fusion; `tdbg bisect` narrows it),
 `outputs_differ` / `outputs_match` (only outputs observable), `ok`. Relative error is
 max |x - r| / max(|r|, atol) over elements (no blow-up near zero). Nothing here prints.
@@ -42,7 +46,8 @@ from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES
 
 VERDICTS = {
     "ok": "every compared node and output is within tolerance",
-    "culprit": "an op computes a wrong value from correct inputs",
+    "culprit": "one op turns inputs within tolerance into a wrong value: it computes wrongly, or its result "
+               "flips (a comparison, mask, rounding or clamp boundary crossed by a tiny input difference)",
     "drift": "error grows over many ops; no single op is the culprit",
     "fused": "the graph's outputs diverge only when nodes are fused; no realized node diverges",
     "outputs_differ": "the outputs diverge; only outputs were observable with this backend",
@@ -50,6 +55,11 @@ VERDICTS = {
 }
 DIVERGED = ("culprit", "drift", "fused", "outputs_differ")
 DEFAULT_TOLERANCE = (1e-5, 1e-5)   # (rtol, atol) of a float dtype TOLERANCES does not list
+# An op that computes right from its compiled inputs but whose error, in units of its dtype's
+# tolerance, is this many times its worst input's (or any error at all in a bool/integer
+# result: those have no tolerance) turned a difference within tolerance into a wrong value by
+# itself: a flip at a boundary, never drift. Drift adds a little per op (gain near 1).
+FLIP_GAIN = 10.0
 
 
 @dataclass
@@ -67,6 +77,8 @@ class NodeError:
     eager_abs_ref: Optional[float]   # eager's own error vs the reference
     diverges: bool
     local_wrong: Optional[bool] = None   # None: not checked (outputs, unobservable inputs)
+    flips: Optional[bool] = None   # right on its compiled inputs, which are within tolerance, yet wrong
+    origin: Optional[str] = None   # a flip's: the first node feeding it whose compiled value differs at all
     source: Optional[str] = None
     kernel: Optional[str] = None
     path: Optional[str] = None  # outputs only: out[i]
@@ -167,7 +179,10 @@ def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str 
         from tdbg.repro_templates import runtime
         spec = dict(backend.spec, aot=dict(backend.spec.get("aot") or {}, graph=kind))
         realizes = kind != "dynamo" and spec.get("after", "aot") == "aot"
-        return backend.label, (lambda gm, inputs: unboxed(runtime.compile_graph(gm, inputs, spec, backend.folder))), \
+        # a Dynamo-level backend's result is called as Dynamo calls it: positional args (an
+        # aot_autograd result carries a stale `_boxed_call`, see instrument.call_compiled)
+        wrap = unboxed if spec.get("after", "aot") == "aot" else (lambda compiled: compiled)
+        return backend.label, (lambda gm, inputs: wrap(runtime.compile_graph(gm, inputs, spec, backend.folder))), \
             realizes
     if callable(backend) and not isinstance(backend, backends.Backend):
         return getattr(backend, "__name__", "callable"), (lambda gm, inputs: unboxed(backend(gm, inputs))), True
@@ -176,7 +191,7 @@ def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str 
     if kind != "dynamo" and family in ATEN_COMPILERS:
         fn = getattr(resolved, "compiler_fn", resolved)
         return resolved.name, ATEN_COMPILERS[family](fn, config, name, kind), True
-    return resolved.name, (lambda gm, inputs: unboxed(resolved.compiler_fn(gm, inputs))), False
+    return resolved.name, (lambda gm, inputs: resolved.compiler_fn(gm, inputs)), False
 
 
 # -- running the graph node by node -------------------------------------------------------------
@@ -410,7 +425,9 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     if kind != "dynamo" and realizes:
         _ensure_meta(gm, inputs)
     t1 = time.perf_counter()
-    original = compile_one(gm, _fresh(inputs))
+    # a copy: a backend that edits the graph it is given in place must not change the eager graph
+    from tdbg.minifier.diagnose.checks import snapshot
+    original = compile_one(snapshot(gm), _fresh(inputs))
     seconds["compile"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     compiled_out = original(*_fresh(inputs))
@@ -494,7 +511,61 @@ def _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, ke
         rows.append(NodeError(i, node.name, _op_name(node), str(eager.dtype).replace("torch.", ""),
                               list(eager.shape), local_wrong=local, source=sources.get(node.name),
                               kernel=kernel(_producer(node).name) or debug_kernel(_producer(node).name), **row))
+    _mark_flips(observed, rows, comp_env, eager_env, tolerance)
     return rows
+
+
+def tolerance_units(compiled, eager, tolerance=None) -> float:
+    """max |compiled - eager| / (atol + rtol |eager|): the error in units of the dtype's tolerance
+    (1 is allclose's edge); a bool/integer tensor: 0 when equal, inf otherwise (no tolerance)."""
+    if compiled.shape != eager.shape or compiled.dtype != eager.dtype:
+        return float("inf")
+    if not eager.is_floating_point():
+        return 0.0 if torch.equal(compiled, eager) else float("inf")
+    if eager.numel() == 0:
+        return 0.0
+    rtol, atol = _tolerance(eager.dtype, tolerance)
+    e64 = eager.detach().double()
+    d = torch.sub(compiled.detach().double(), e64).abs_().nan_to_num_(nan=float("inf"))
+    return float(d.div_(e64.abs().nan_to_num_(nan=0.0).mul_(rtol).add_(atol)).max())
+
+
+def flips(out_units: float, input_units: list) -> bool:
+    """The flip rule (FLIP_GAIN): an op right on its inputs, all within tolerance, whose own error
+    is FLIP_GAIN times the worst input's in tolerance units (inf units: a bool/integer result
+    that changed)."""
+    worst = max(input_units, default=0.0)
+    return worst <= 1.0 and out_units > 1.0 and out_units >= FLIP_GAIN * worst
+
+
+def _mark_flips(observed, rows, comp_env, eager_env, tolerance) -> None:
+    """Set `flips` (and a flip's `origin`) on each diverging row whose op was right on its own."""
+    row_of = {node: row for node, row in zip(observed, rows)}
+    for node, row in row_of.items():
+        if not row.diverges or row.local_wrong is not False:
+            continue
+        inputs = [a for a in node.all_input_nodes if isinstance(comp_env.get(a), torch.Tensor)]
+        if any(row_of[a].diverges for a in inputs if a in row_of):
+            row.flips = False    # it inherits a divergence: the culprit (or drift) is upstream
+            continue
+        units = [tolerance_units(comp_env[a], eager_env[a], tolerance) for a in inputs
+                 if isinstance(eager_env.get(a), torch.Tensor)]
+        row.flips = flips(tolerance_units(comp_env[node], eager_env[node], tolerance), units)
+        if row.flips:
+            row.origin = _origin(node, row_of)
+
+
+def _origin(node, row_of: dict) -> Optional[str]:
+    """The first compared node (graph order) among `node`'s ancestors whose compiled value
+    differs from eager at all: where the difference a flip turns on starts."""
+    seen, todo = set(), list(node.all_input_nodes)
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo += n.all_input_nodes
+    differing = [row_of[n] for n in seen if n in row_of and row_of[n].abs_eager > 0]
+    return min(differing, key=lambda r: r.index).name if differing else None
 
 
 def _decide(c: GraphComparison) -> None:
@@ -508,10 +579,18 @@ def _decide(c: GraphComparison) -> None:
     c.first_divergence = next((n for n in c.nodes if n.diverges), None)
     # drift needs every diverging op shown right on its own inputs; an op that could not be re-run
     # alone (local_wrong None) is blamed rather than hidden in a drift
-    c.culprit = next((n for n in c.nodes if n.diverges and n.local_wrong is not False), None)
+    # a flip (right on inputs within tolerance, yet wrong) is a culprit too: one op did it
+    c.culprit = next((n for n in c.nodes if n.diverges and (n.local_wrong is not False or n.flips)), None)
     if c.culprit is not None:
         c.verdict = "culprit"
         c.message = f"first diverging op: {c.culprit.name} ({c.culprit.op}), {_err_text(c.culprit)}"
+        if c.culprit.flips:
+            c.message += (f"; its result flips: it computes right from its compiled inputs, which are within "
+                          f"tolerance of eager's, yet lands on the other side of a boundary")
+            origin = next((n for n in c.nodes if n.name == c.culprit.origin), None)
+            if origin is not None:
+                c.message += (f"; the input difference starts at {origin.name} ({origin.op}, node {origin.index}, "
+                              f"{_err_text(origin)})")
         if c.culprit.local_wrong is None:
             c.notes.append(f"{c.culprit.name}'s op could not be re-run alone on the compiled inputs, so it is "
                            "blamed without that check (it may only inherit its inputs' error)")

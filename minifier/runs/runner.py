@@ -65,6 +65,10 @@ class RunRequest:
     # compiled call times are saved too.
     save_io: Optional[str] = None
     save_io_profile: bool = False
+    # {"path": a JSON file, "tolerance": float or None}: each Dynamo graph's stages (Dynamo graph
+    # vs aten graph vs compiled) judged at its first call and written to path
+    # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
+    stage_check: Optional[dict] = None
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -358,13 +362,13 @@ def _child(spec: dict) -> dict:
 
 class _Prepare:
     """Backend -> the Dynamo backend a run compiles with: the backend itself, or wrapped by
-    --save-io (instrument.IOSaver, one per backend, all writing one folder) or by repro dumping
-    (dump.wrap_backend). Called once for --backend NAME, once per distinct backend the script's
+    --save-io (instrument.IOSaver, one per backend, all writing one folder), by repro dumping
+    (dump.wrap_backend) and by compare's stage check (stages.StageRecorder, one for the run). Called once for --backend NAME, once per distinct backend the script's
     own torch.compile calls ask for (own_backend.py)."""
 
     def __init__(self, spec: dict, cfg, repro: Optional[dict]):
         import itertools
-        self.spec, self.cfg, self.savers, self.writer = spec, cfg, {}, None
+        self.spec, self.cfg, self.savers, self.writer, self.stages = spec, cfg, {}, None, None
         self.repro = dict(repro, out_dir=repro.get("out_dir") or _new_run_dir()) if repro else None
         self.counter = itertools.count()   # saved graphs are numbered across every backend's saver
 
@@ -384,6 +388,11 @@ class _Prepare:
         if self.repro:
             from tdbg.minifier.artifacts.dump import wrap_backend
             fn = wrap_backend(backend, config=self.cfg, **self.repro)
+        if self.spec.get("stage_check"):
+            if self.stages is None:
+                from tdbg.minifier.diagnose.stages import StageRecorder
+                self.stages = StageRecorder(backend, self.cfg, **self.spec["stage_check"])
+            fn = self.stages.wrap(fn, backend)
         return fn
 
 

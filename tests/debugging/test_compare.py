@@ -165,7 +165,11 @@ def test_cli_names_the_culprit_of_each_graph_and_exits_with_the_accuracy_code(cl
     text = stdout.read()
     assert code == 16, text
     doc = json.loads(out.read_text())
-    assert (doc["schema"], doc["exit_code"], doc["message"]) == ("tdbg.compare", 16, "2 graph(s): 2 with a diverging op")
+    assert (doc["schema"], doc["exit_code"], doc["message"]) == (
+        "tdbg.compare", 16, "2 graph(s): 2 with a diverging op; g0_dynamo_c1: the compiled graph differs from the "
+                            "Dynamo graph")
+    # the Dynamo graph's stages: the aten graph matches eager, the compiled one does not
+    assert [(s["name"], s["verdict"], s["culprit"]) for s in doc["stages"]] == [("g0_dynamo_c1", "compiled", None)]
     got = [(g["name"], g["verdict"], g["culprit"]["name"], g["culprit"]["source"]) for g in doc["graphs"]]
     assert got == [("g0_forward_c1", "culprit", "neg", NEG_LINE), ("g1_backward_c1", "culprit", "neg_1", COS_LINE)]
     shown = os.path.relpath(CHAIN, ROOT)   # the report names files relative to the working directory
@@ -231,3 +235,126 @@ def test_a_run_that_fails_before_any_graph_runs_gives_its_own_stage_and_first_li
         "s.py:13 in f: y = g(x): k.cpp:40: error: x was not declared (`tdbg run s.py` reports it in full).", 14)
     assert _run_problem({"status": "failed", "stage": "accuracy", "error": {}}, "s.py") is None
     assert _run_problem({"status": "ok", "compile_calls": 0}, "s.py")[1] == 3
+
+
+# -- culprit vs drift: the flip rule ------------------------------------------------------------
+def test_flip_rule_in_tolerance_units():
+    from tdbg.minifier.diagnose.divergence import FLIP_GAIN, flips
+    inf = float("inf")
+    assert flips(inf, [0.31]) is True            # a bool that changed on an input 0.31 tolerances off
+    assert flips(50.0, [0.3]) is True            # a float jump: 166x its input's error
+    assert flips(1.05, [0.95]) is False          # drift: each op adds a little
+    assert flips(FLIP_GAIN * 0.5 - 1e-9, [0.5]) is False
+    assert flips(inf, [1.5]) is False            # an input already beyond tolerance: inherited, not a flip
+    assert flips(inf, []) is True                # nothing feeds it a difference, yet it changed
+
+
+def _add_in_float32(a, scalar):
+    return (a.float() + scalar).to(a.dtype)
+
+
+def _bf16_margin_graph():
+    """make_fx's aten graph of (x + 1.7 >= 0) * 2 in bfloat16, and a compiler that adds the
+    scalar in float32 (as Inductor keeps 1.7 unrounded, PyTorch #185517), editing the graph it
+    is given in place (compare's eager graph must not see that)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x):
+        return ((x + 1.7) >= 0).to(torch.bfloat16) * 2
+    x = torch.tensor([-1.703125, 0.5], dtype=torch.bfloat16)
+    gm = make_fx(fn)(x)
+
+    def float32_scalars(g, example_inputs):
+        for node in g.graph.nodes:
+            if node.target is torch.ops.aten.add.Tensor and not isinstance(node.args[1], torch.fx.Node):
+                node.target = _add_in_float32
+        g.recompile()
+        return g
+    return gm, [x], float32_scalars
+
+
+def test_a_comparison_that_flips_on_inputs_within_tolerance_is_the_culprit_not_drift():
+    gm, inputs, compiler = _bf16_margin_graph()
+    r = compare_graph(gm, inputs, compiler, kind="inference")
+    assert (r.verdict, r.diverged) == ("culprit", True)
+    assert (r.culprit.name, r.culprit.op, r.culprit.flips, r.culprit.local_wrong, r.culprit.origin) == (
+        "ge", "aten.ge", True, False, "add")
+    add = next(n for n in r.nodes if n.name == "add")
+    assert (add.diverges, add.abs_eager) == (False, pytest.approx(0.003128, abs=1e-5))
+    # what follows the flip inherits it (float64, which flips too, excuses it): no flip of its own
+    after = [n for n in r.nodes if n.index > r.culprit.index]
+    assert [(n.name, n.abs_eager, n.flips) for n in after] == [("_to_copy", 1.0, None), ("mul", 2.0, None)]
+    assert r.message.startswith("first diverging op: ge (aten.ge), max abs error 1 vs eager; its result flips")
+    assert "the input difference starts at add (aten.add, node 0," in r.message
+
+
+def test_drift_rows_never_flip():
+    """The drift case's first divergence is one more small step (gain near 1): flips is False."""
+    drift = _load("compare_drift")
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def backend_of(inner):
+        return aot_autograd(fw_compiler=lambda gm, inputs: make_boxed_func(inner(gm, "inference", gm)))
+    gm, inputs = _capture(drift.recurrence, backend_of, torch.linspace(0.5, 1.5, 256))["inference"]
+    r = compare_graph(gm, inputs, drift.noisy_compiler, kind="inference")
+    assert r.verdict == "drift"
+    assert r.first_divergence.flips is False and r.first_divergence.origin is None
+
+
+# -- stages: Dynamo graph vs aten graph vs compiled ---------------------------------------------
+def _dynamo_graph(fn, *args):
+    """(Dynamo's graph of fn, its real inputs), captured by a backend that runs it as is."""
+    import copy
+    got = []
+
+    def grab(gm, example_inputs):
+        got.append((copy.deepcopy(gm), [a.clone() for a in example_inputs]))
+        return gm
+    torch._dynamo.reset()
+    torch.compile(fn, backend=grab)(*[a.clone() for a in args])
+    return got[0]
+
+
+def _slice_write(x):   # PyTorch #162151: AOTAutograd gets the second write wrong
+    x = x.permute(2, 1, 0)
+    x[0] += 1
+    x[0] = x[0].t()
+    return x
+
+
+def _neg_then_add(x):
+    return torch.neg(x) + 1
+
+
+def test_an_aten_graph_already_wrong_is_the_aot_stage_with_its_dynamo_node():
+    from tdbg.minifier.diagnose.divergence import node_sources
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(_slice_write, torch.arange(1.0, 9.0).reshape(2, 2, 2))
+    r = compare_stages(gm, inputs, "torch:aot_eager", sources=node_sources(gm), name="g0")
+    assert (r.verdict, r.diverged) == ("aot", True)
+    line = _slice_write.__code__.co_firstlineno + 3
+    assert r.culprit == {"name": "setitem_1", "op": "setitem", "index": 6,
+                         "source": f"{__file__}:{line} in _slice_write: x[0] = x[0].t()"}
+    assert [(v.path, v.aot["diverges"], v.compiled["diverges"]) for v in r.values] == [
+        ("out[0]", True, True), ("input l_x_", True, True)]
+
+
+def test_a_compiler_bug_is_the_compiled_stage_and_a_healthy_graph_is_ok():
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
+    bad = compare_stages(gm, inputs, "inductor", config=_neg_bug())
+    assert (bad.verdict, bad.culprit) == ("compiled", None)
+    assert [(v.path, v.aot["diverges"], v.compiled["diverges"]) for v in bad.values] == [
+        ("out[0]", False, True), ("input l_x_", False, False)]
+    assert bad.message.endswith("while the aten graph matches it: the compiler is at fault")
+    good = compare_stages(gm, inputs, "inductor", config=tconfig.current().replace(inject_bug=None))
+    assert (good.verdict, good.message) == (
+        "ok", "2 value(s) (outputs and inputs after the call) match at every stage")
+
+
+def test_a_graph_drawing_random_numbers_is_not_judged_by_stages():
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(lambda x: torch.nn.functional.dropout(x, 0.5) + 1, torch.randn(16))
+    r = compare_stages(gm, inputs, "torch:aot_eager")
+    assert (r.verdict, r.diverged, r.values) == ("unjudged", False, [])

@@ -77,6 +77,13 @@ def _profile_verdict(doc: dict) -> dict:
 
 def _compare_verdict(doc: dict) -> dict:
     diverged = [g for g in doc.get("graphs") or [] if g.get("diverged")]
+    stages = [s for s in doc.get("stages") or [] if s.get("diverged")]
+    # an aten graph already wrong (AOTAutograd) comes before anything its compiled code does
+    if stages and (stages[0].get("verdict") == "aot" or not diverged):
+        s, node = stages[0], stages[0].get("culprit") or {}
+        return {"ok": False, "stage": "accuracy", "graph": s.get("name"), "fx_node": node.get("name"),
+                "kernel": None, "source": node.get("source"), "message": s.get("message"),
+                "summary": doc.get("message")}
     g = diverged[0] if diverged else {}
     node = g.get("culprit") or g.get("first_divergence") or {}
     return {"ok": doc.get("exit_code") == 0, "stage": "accuracy" if diverged else None, "graph": g.get("name"),
