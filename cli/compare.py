@@ -41,10 +41,7 @@ SUMMARY_WORDS = {"ok": "ok", "culprit": "with a diverging op", "drift": "driftin
 @click.command(epilog=exit_codes_help())
 @click.argument("target", type=click.Path())
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS]...")
-@click.option("--backend", metavar="NAME",
-              help="Compile with this backend (inductor = tdbg's compiler, aot_eager, torch:NAME, module:function, "
-                   "file.py:function). Default: inductor for a script; for a --save-io folder, the backend it "
-                   "was saved with.")
+@common.backend_option("For a --save-io folder, own is the backend each graph was saved with.")
 @click.option("--graph", "graphs", multiple=True, metavar="NAME",
               help="Compare only this saved graph (e.g. g0_forward_c1); repeatable.")
 @click.option("--tolerance", type=click.FloatRange(0, min_open=True), metavar="X",
@@ -67,15 +64,14 @@ def compare(target, args, backend, graphs, tolerance, timeout, json_path):
     common.check_output_file(json_path, "--json")
     if json_path == "-":
         report_to_stderr()
-    if backend:
-        common.check_backend(backend)
+    common.check_backend(backend)
     if os.path.isdir(target):
         if args:
             fail(f"{target} is a --save-io folder; script arguments (after --) go with a script.", "usage")
-        doc = _compare_folder(target, backend, graphs, tolerance)
+        doc = _compare_folder(target, None if backend == common.OWN else backend, graphs, tolerance)
     else:
         common.require_script(target)
-        doc = _compare_script(target, list(args), backend or "inductor", graphs, tolerance, timeout, json_path)
+        doc = _compare_script(target, list(args), backend, graphs, tolerance, timeout, json_path)
     render(doc)
     write_json(json_path, doc, JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(doc["exit_code"])

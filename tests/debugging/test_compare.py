@@ -54,7 +54,7 @@ def cli_chain(tmp_path_factory):
     folder = tmp_path_factory.mktemp("compare-cli")
     out, stdout = folder / "compare.json", open(folder / "stdout.txt", "w+")
     env = dict(os.environ, TDBG_INJECT_BUG="neg:accuracy", COLUMNS="120")
-    proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "compare", CHAIN, "--json", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "compare", CHAIN, "--backend", "inductor", "--json", str(out)],
                             stdout=stdout, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     yield proc, stdout, out
     if proc.poll() is None:
