@@ -135,7 +135,7 @@ class Session:
         # `own(Backend) -> Dynamo backend`: compile each call with its own backend (own_backend.py),
         # passed through `own` (which may wrap it: --save-io, repro dumps, profiling)
         self.own, self.script, self.config = own, script, config
-        self._own_fns: dict = {}       # (asked text, dynamic) -> (compiler fn, kind)
+        self._own_fns: dict = {}       # (asked text, dynamic, backend object) -> (compiler fn, kind, name)
         self.compile_records: list = []   # own_backend.CallRecord per torch.compile call
         self.setup_error: Optional[Exception] = None   # the script's own backend could not be set up
         self.fullgraph, self.function, self.check_accuracy = fullgraph, function, check_accuracy
