@@ -38,6 +38,21 @@ def test_fp64_reference_forgives_error_no_worse_than_eager():
     assert len(compare(eager, other + 1.0, reference=ref)) == 1
 
 
+def test_fp64_reference_cannot_excuse_where_it_disagrees_with_eager_itself():
+    # PyTorch #185517: eager rounds the bf16 margin first, so its gradient is -0.5; float64 keeps
+    # 1.7 and flips the clamp the other way, exactly as the buggy compiled kernel does (0). The
+    # reference "agrees" with the compiled value only because it computed something else.
+    eager = torch.tensor([-0.5, -0.5], dtype=torch.bfloat16)
+    compiled = torch.zeros(2, dtype=torch.bfloat16)
+    ref = torch.zeros(2, dtype=torch.float64)
+    [m] = compare(eager, compiled, reference=ref)
+    assert (m.max_abs_error, m.eager_error) == (0.5, 0.5)
+    # where eager is within rounding of float64, the reference still forgives a reordered result
+    eager = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    assert compare(eager, eager + torch.tensor([0.0, 0.0625], dtype=torch.bfloat16),
+                   reference=torch.tensor([1.0, 2.0625], dtype=torch.float64)) == []
+
+
 def test_shape_and_count_mismatch():
     [m] = compare(torch.zeros(2), torch.zeros(3))
     assert "expected (2,) torch.float32, got (3,) torch.float32" == m.message

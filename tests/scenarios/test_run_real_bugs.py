@@ -1,0 +1,39 @@
+"""`tdbg run` (accuracy compared by default) on real PyTorch Inductor bugs, none written here:
+each must fail with the exact stage, part and evidence, never OK."""
+import pytest
+
+from tdbg.cli.console import exit_code
+
+S = "tests/scenarios/scripts"
+RUNS = {
+    # bf16 margin 1.7: eager rounds it to 1.703125, Inductor does not; the gradients become 0. The
+    # float64 reference flips the same way, so it must not excuse the compiled gradients.
+    "185517": (("run", f"{S}/issue_185517_bf16_margin.py"), {}),
+    # int64 arange * tensor(1e9) computed in 32 bits inside an encoder (the script prints, never asserts)
+    "175966": (("run", f"{S}/issue_175966_int64_arange.py"), {}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tdbg_runs):
+    tdbg_runs.start(*RUNS.values())
+    return lambda name: tdbg_runs(*RUNS[name])
+
+
+def test_a_bf16_gradient_flip_is_an_accuracy_failure_of_the_backward(runs):
+    r = runs("185517")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["part"], err["graph"], err["call"]) == ("backward", 0, 1)
+    assert [m["output"] for m in err["evidence"]["mismatches"]] == ["grad of x", "grad of y"]
+    assert all(m["max_abs_error"] == pytest.approx(0.769531, abs=1e-6) for m in err["evidence"]["mismatches"])
+
+
+def test_an_int64_overflow_in_a_script_that_never_asserts_is_found(runs):
+    r = runs("175966")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["part"], err["graph"], err["call"]) == ("forward", 0, 1)
+    [m] = err["evidence"]["mismatches"]
+    assert m["output"] == "out[1]" and m["dtype"] == "torch.int64"
+    assert r.json["verdict"]["compile_backends"]["names"] == ["torch:inductor"]
