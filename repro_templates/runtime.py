@@ -163,19 +163,32 @@ class _GraphReader:
         env = {}
         args = forward.args.args[1:]
         defaults = [None] * (len(args) - len(forward.args.defaults)) + list(forward.args.defaults)
-        for arg, default in zip(args, defaults):
-            # a default value is the placeholder's one argument (as FX's placeholder(default_value=))
-            defaults_arg = (self.value(default, env),) if default is not None else ()
-            env[arg.arg] = graph.create_node("placeholder", arg.arg, defaults_arg, name=arg.arg)
         if forward.args.vararg or forward.args.kwonlyargs or forward.args.kwarg:
             raise GraphSourceError(f"{self.filename}:{forward.lineno}: {name}.forward takes *args, keyword-only "
                                    "or **kwargs arguments, which FX graphs of tdbg never have")
         body = [s for s in forward.body if not self._ignored(s)]
+        renamed = self._placeholder_names(body, {a.arg for a in args})
+        for arg, default in zip(args, defaults):
+            # a default value is the placeholder's one argument (as FX's placeholder(default_value=))
+            defaults_arg = (self.value(default, env),) if default is not None else ()
+            env[arg.arg] = graph.create_node("placeholder", arg.arg, defaults_arg, name=renamed.get(arg.arg, arg.arg))
         i = 0
         while i < len(body):
             i = self.statement(graph, env, body, i, root)
         graph.lint()
         return torch.fx.GraphModule(root, graph)
+
+    @staticmethod
+    def _placeholder_names(body, args):
+        """A placeholder whose name is not its target is written `NAME = TARGET` before any other
+        statement (a higher-order op body's `l_x__1 = l_x_`): argument -> node name."""
+        names = {}
+        for stmt in body:
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Name) and stmt.value.id in args - set(names)):
+                break
+            names[stmt.value.id] = stmt.targets[0].id
+        return names
 
     @staticmethod
     def _ignored(stmt):
