@@ -28,6 +28,8 @@ GRAD = minify("hop_grad.py", "grad")
 COND = minify("hop_cond.py", "cond")
 SLICE = minify("issue_162151_slice_write.py", "slice", "--level", "4", backend="torch:aot_eager")
 SCRIPT_OP = minify("script_op_in_graph.py", "script_op")
+SCRIPT_OP_AOT = (("minify", os.path.join(SCRIPTS, "script_op_in_graph.py"), "--backend", NO_SIN, "--after", "aot",
+                  "--out", os.path.join(OUT, "script_op_aot")), None)
 JACFWD = minify("issue_194706_jacfwd.py", "jacfwd", backend="torch:inductor")
 NO_SIN_FAILURE = "Reproduced: compile error: NotImplementedError: no kernel for aten.sin.default (node sin)"
 
@@ -44,7 +46,7 @@ def forward_ops(code: str, body: str = "") -> list:
 
 @pytest.fixture(scope="module", autouse=True)
 def _start(tdbg_runs):
-    tdbg_runs.start(VMAP, COND, GRAD, SLICE, SCRIPT_OP)
+    tdbg_runs.start(VMAP, COND, GRAD, SLICE, SCRIPT_OP, SCRIPT_OP_AOT)
 
 
 def _reproduces(name, tmp_path, code, first_line):
@@ -100,7 +102,7 @@ def test_issue_162151_slice_writes_shrink_to_the_permuted_transposed_write(tdbg_
         "  out[0]: max abs error 2 at (0, 0, 1): expected 5, got 3 (rtol=1.3e-05, atol=1e-05)"]
 
 
-def test_a_graph_that_cannot_be_read_back_is_exit_70_in_one_paragraph(tdbg_runs):
+def test_a_graph_that_cannot_be_read_back_is_exit_70_in_one_paragraph_and_after_aot_works(tdbg_runs):
     res = tdbg_runs(*SCRIPT_OP)
     assert res.code == 70, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
@@ -111,6 +113,10 @@ def test_a_graph_that_cannot_be_read_back_is_exit_70_in_one_paragraph(tdbg_runs)
         "this is a limit of tdbg's graph files, not a problem of your program: try `--after aot`: the aten "
         "graph AOTAutograd makes from it has only aten ops, which always read back, and please report the "
         "graph to tdbg.")
+    # the command it suggests runs: after aot the graph holds aten ops only
+    aot = tdbg_runs(*SCRIPT_OP_AOT)
+    assert aot.code == 0, aot.stdout + aot.stderr
+    assert forward_ops(aot.json["minimized"]["code"]) == [("call_function", "sin.default")]
 
 
 @pytest.mark.slow
