@@ -183,7 +183,7 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
                              timeout=timeout * 10, capture=True)
         with err().status(f"Running {script} with --after {after} --level {lvl} to capture the failing graph"):
             verdict = run_script(request, pool=pool.servers)
-        dump = _captured(out_dir, verdict)
+        dump = _captured(out_dir, verdict, after, doc)
         if dump is not None or verdict.get("stage") not in ("crash", "timeout"):
             break
     capture = {"stage": verdict.get("stage"), "status": verdict.get("status"),
@@ -194,16 +194,31 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
     return dump, capture
 
 
-def _captured(out_dir: str, verdict: dict):
+def _captured(out_dir: str, verdict: dict, after: str, doc: _Document):
     """The dump to minify: the failing graph's files, else (a crash) the last graph dumped before
-    compiling that still fails."""
+    compiling that still fails. A graph whose written source does not read back into the same
+    graph is tdbg's limit: exit 70 naming the statement, and the --after that avoids it."""
     from tdbg.minifier.artifacts.repro import find_file, load
+    from tdbg.repro_templates.runtime import GraphSourceError
     if verdict.get("status") != "failed" or not os.path.isdir(out_dir):
         return None
     try:
         return load(find_file(out_dir))
     except FileNotFoundError:
         return None
+    except (GraphSourceError, ImportError, NameError, AttributeError) as e:
+        doc.fail(unreadable_graph_message(e, after), "internal")
+
+
+def unreadable_graph_message(e: BaseException, after: str) -> str:
+    """One paragraph: which statement of the captured graph's source could not be read back and
+    what to try instead."""
+    detail = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    instead = ("try `--after aot`: the aten graph AOTAutograd makes from it has only aten ops, which "
+               "always read back" if after == "dynamo" else "try `--after dynamo`")
+    return (f"tdbg captured the failing graph after {after} but cannot read its source back into the "
+            f"same graph ({type(e).__name__}: {detail}); this is a limit of tdbg's graph files, not "
+            f"a problem of your program: {instead}, and please report the graph to tdbg.")
 
 
 # error types of the capture run that mean the command line cannot work: the exit code's name

@@ -118,6 +118,8 @@ ENTRIES = Table([
     E("make_boxed_func", "functorch.compile", "make_boxed_func", "compiled graphs take boxed arguments"),
     E("min_cut_rematerialization_partition", "functorch.compile", "min_cut_rematerialization_partition",
       "the forward/backward partition"),
+    E("is_functorch_wrapped_tensor", "torch._C._functorch", "is_functorch_wrapped_tensor",
+      "the minifier never turns a tensor inside a vmap/grad transform into a graph input"),
     # ---- fake tensors and symbolic shapes -----------------------------------------------------
     E("FakeTensorMode", "torch._subclasses.fake_tensor", "FakeTensorMode", "static fake values of a graph"),
     E("FakeTensor", "torch._subclasses.fake_tensor", "FakeTensor", "telling fake inputs from real ones"),

@@ -18,10 +18,13 @@ A spec (the data a repro file holds):
 Outcomes are dicts: kind (pass, invalid, cannot_run, compile_error, runtime_error, accuracy,
 crash, hang), exc_type, message, pattern, stage, outputs, signal, mismatches.
 """
+import ast
 import contextlib
 import hashlib
 import importlib
 import json
+import linecache
+import operator
 import os
 import re
 import signal as signal_module
@@ -93,6 +96,215 @@ def fresh(inputs):
         else:
             out.append(x)
     return out
+
+
+# ---------------------------------------------------------------- the graph
+
+class GraphSourceError(ValueError):
+    """A graph's source holds a statement that is not one FX writes (line, text and why)."""
+
+
+# Python syntax FX's code generator writes for `operator` calls -> the operator
+BINARY_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+              ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+              ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.MatMult: operator.matmul}
+UNARY_OPS = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Invert: operator.invert}
+COMPARE_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Gt: operator.gt,
+               ast.LtE: operator.le, ast.GtE: operator.ge}
+INPLACE_OPS = {ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul,
+               ast.Div: operator.itruediv, ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod,
+               ast.Pow: operator.ipow, ast.LShift: operator.ilshift, ast.RShift: operator.irshift,
+               ast.BitAnd: operator.iand, ast.BitOr: operator.ior, ast.BitXor: operator.ixor,
+               ast.MatMult: operator.imatmul}
+
+
+def trace_repro(module):
+    """`module` (an instance of a repro's `Repro` class) as the GraphModule the minifier ran.
+
+    The graph is READ from the class's source, not traced by running it: every statement of an
+    FX-written `forward` is one node (`y = torch.sin(x)`, `y = x.view(2, 3)`, `y = x + 1`,
+    `x[0] = y;  setitem = x`, `y += 1;  iadd = y`, `sub = self.sub`), its target evaluated in the
+    file's globals. Nothing runs, so calls no tracer can see through (functorch's
+    `_add_batch_dim`, `torch._C` functions taking tensors only), writes into views, factory calls
+    without tensor arguments (kept as nodes, not folded into constants) and higher-order ops (the
+    `self.NAME` bodies, classes of the same file set in `__init__`, become GraphModules) all come
+    back as the same nodes with the same targets. GraphSourceError names a statement FX does not
+    write."""
+    cls = type(module)
+    forward = cls.forward
+    filename = forward.__code__.co_filename
+    text = "".join(linecache.getlines(filename, forward.__globals__))
+    if not text:
+        raise GraphSourceError(f"the source of {cls.__name__} ({filename}) cannot be read")
+    tree = ast.parse(text, filename)
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    return _GraphReader(classes, forward.__globals__, filename, text).module(cls.__name__, module)
+
+
+class _GraphReader:
+    def __init__(self, classes, namespace, filename, text):
+        self.classes, self.namespace, self.filename = classes, namespace, filename
+        self.lines = text.splitlines()
+
+    def module(self, name, instance=None):
+        """The GraphModule of class `name`: its forward read as a graph; attributes that are
+        instances of classes of the same source are read the same way (higher-order op bodies)."""
+        cdef = self.classes.get(name)
+        forward = next((f for f in (cdef.body if cdef else ()) if isinstance(f, ast.FunctionDef)
+                        and f.name == "forward"), None)
+        if forward is None:
+            raise GraphSourceError(f"{self.filename}: no class {name} with a forward() in the graph's source")
+        root = instance if instance is not None else self.namespace[name]()
+        for attr, value in list(vars(root).get("_modules", {}).items()):
+            if type(value).__name__ in self.classes and type(value).__module__ == root.__module__:
+                setattr(root, attr, self.module(type(value).__name__, value))
+        graph = torch.fx.Graph()
+        env = {}
+        args = forward.args.args[1:]
+        defaults = [None] * (len(args) - len(forward.args.defaults)) + list(forward.args.defaults)
+        if forward.args.vararg or forward.args.kwonlyargs or forward.args.kwarg:
+            raise GraphSourceError(f"{self.filename}:{forward.lineno}: {name}.forward takes *args, keyword-only "
+                                   "or **kwargs arguments, which FX graphs of tdbg never have")
+        body = [s for s in forward.body if not self._ignored(s)]
+        renamed = self._placeholder_names(body, {a.arg for a in args})
+        for arg, default in zip(args, defaults):
+            # a default value is the placeholder's one argument (as FX's placeholder(default_value=))
+            defaults_arg = (self.value(default, env),) if default is not None else ()
+            env[arg.arg] = graph.create_node("placeholder", arg.arg, defaults_arg, name=renamed.get(arg.arg, arg.arg))
+        i = 0
+        while i < len(body):
+            i = self.statement(graph, env, body, i, root)
+        graph.lint()
+        return torch.fx.GraphModule(root, graph)
+
+    @staticmethod
+    def _placeholder_names(body, args):
+        """A placeholder whose name is not its target is written `NAME = TARGET` before any other
+        statement (a higher-order op body's `l_x__1 = l_x_`): argument -> node name."""
+        names = {}
+        for stmt in body:
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Name) and stmt.value.id in args - set(names)):
+                break
+            names[stmt.value.id] = stmt.targets[0].id
+        return names
+
+    @staticmethod
+    def _ignored(stmt):
+        """Docstrings, `pass`, and FX's `a = b = None` (freeing values early)."""
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            return True
+        return (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is None
+                and all(isinstance(t, ast.Name) for t in stmt.targets))
+
+    def fail(self, stmt, why):
+        line = self.lines[stmt.lineno - 1].strip() if 0 < stmt.lineno <= len(self.lines) else "?"
+        raise GraphSourceError(f"{self.filename}:{stmt.lineno}: `{line}`: {why}")
+
+    def value(self, expr, env, stmt=None):
+        """An argument: Python values, with names of earlier statements as their nodes. The forms
+        FX writes most (constants, names, tuples, lists, `torch.ops.aten.add.Tensor`) are read
+        directly (a 1000-node graph in ~0.1 s); anything else is evaluated."""
+        kind = type(expr)
+        if kind is ast.Constant:
+            return expr.value
+        if kind is ast.Name and (expr.id in env or expr.id in self.namespace):
+            return env[expr.id] if expr.id in env else self.namespace[expr.id]
+        if kind is ast.Tuple or kind is ast.List:
+            items = [self.value(e, env, stmt) for e in expr.elts]
+            return tuple(items) if kind is ast.Tuple else items
+        if kind is ast.Attribute and type(expr.value) in (ast.Name, ast.Attribute):
+            base = self.value(expr.value, env, stmt)
+            if not isinstance(base, torch.fx.Node) and hasattr(base, expr.attr):
+                return getattr(base, expr.attr)
+        if kind is ast.Slice:     # `x[1:3]` as a person writes it (FX writes slice(1, 3, None))
+            return slice(*(None if e is None else self.value(e, env, stmt) for e in (expr.lower, expr.upper, expr.step)))
+        try:
+            return eval(compile(ast.Expression(expr), self.filename, "eval"), self.namespace, env)
+        except Exception as e:
+            self.fail(stmt or expr, f"cannot evaluate `{ast.unparse(expr)}`: {type(e).__name__}: {e}")
+
+    def _name_of_next(self, body, i, base):
+        """FX follows an in-place statement with `NAME = BASE` (the node's name): NAME, or None."""
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if (isinstance(nxt, ast.Assign) and len(nxt.targets) == 1 and isinstance(nxt.targets[0], ast.Name)
+                and isinstance(nxt.value, ast.Name) and nxt.value.id == base):
+            return nxt.targets[0].id
+        return None
+
+    def statement(self, graph, env, body, i, root):
+        """Add the node(s) of body[i]; the index of the next statement to read."""
+        stmt = body[i]
+        if isinstance(stmt, ast.Return):
+            graph.output(self.value(stmt.value, env, stmt) if stmt.value is not None else None)
+            return i + 1
+        if isinstance(stmt, ast.AugAssign) and type(stmt.op) in INPLACE_OPS and isinstance(stmt.target, ast.Name):
+            base = stmt.target.id
+            name = self._name_of_next(body, i, base)
+            if base not in env:
+                self.fail(stmt, f"writes into {base}, which no earlier statement made")
+            node = graph.create_node("call_function", INPLACE_OPS[type(stmt.op)],
+                                     (env[base], self.value(stmt.value, env, stmt)), name=name)
+            env[base] = node   # as Python rebinds `base += v`
+            if name:
+                env[name] = node
+            return i + (2 if name else 1)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            sub = stmt.targets[0]
+            base = sub.value.id if isinstance(sub.value, ast.Name) else None
+            name = self._name_of_next(body, i, base) if base else None
+            graph.create_node("call_function", operator.setitem, (
+                self.value(sub.value, env, stmt), self.value(sub.slice, env, stmt), self.value(stmt.value, env, stmt)),
+                name=name)
+            if name:
+                env[name] = env[base]   # FX binds the name to the written tensor
+            return i + (2 if name else 1)
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if len(targets) != 1 or not isinstance(targets[0], ast.Name) or stmt.value is None:
+                self.fail(stmt, "an assignment FX does not write (one name = one call or operator)")
+            name = targets[0].id
+            env[name] = self.expression(graph, env, stmt.value, name, stmt, root)
+            return i + 1
+        self.fail(stmt, f"a {type(stmt).__name__} statement, which FX graphs do not contain")
+
+    def expression(self, graph, env, expr, name, stmt, root):
+        """The node of `name = expr` (one call, attribute, operator or alias, as FX writes them)."""
+        val = lambda e: self.value(e, env, stmt)   # noqa: E731
+        call = lambda target, args, kwargs=None: graph.create_node(   # noqa: E731
+            "call_function", target, args, kwargs or {}, name=name)
+        if isinstance(expr, ast.Name) and expr.id in env:
+            return env[expr.id]                     # `l_x_ = L_x_`, `iadd = getitem`: an alias
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            kwargs = {k.arg: val(k.value) for k in expr.keywords if k.arg}
+            if len(kwargs) != len(expr.keywords) or any(isinstance(a, ast.Starred) for a in expr.args):
+                self.fail(stmt, "a call with * or ** arguments")
+            args = tuple(val(a) for a in expr.args)
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if func.value.id in env:
+                    return graph.create_node("call_method", func.attr, (env[func.value.id],) + args, kwargs, name=name)
+                if func.value.id == "self":
+                    self.fail(stmt, f"calls submodule self.{func.attr}; tdbg's graphs are functional "
+                                    "(Dynamo inlines nn.Modules)")
+            return call(val(func), args, kwargs)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            if expr.value.id == "self":
+                if not hasattr(root, expr.attr):
+                    self.fail(stmt, f"reads self.{expr.attr}, which the module does not have")
+                return graph.create_node("get_attr", expr.attr, name=name)
+            if expr.value.id in env:
+                return call(getattr, (env[expr.value.id], expr.attr))
+        if isinstance(expr, ast.BinOp) and type(expr.op) in BINARY_OPS:
+            return call(BINARY_OPS[type(expr.op)], (val(expr.left), val(expr.right)))
+        if isinstance(expr, ast.UnaryOp) and type(expr.op) in UNARY_OPS:
+            return call(UNARY_OPS[type(expr.op)], (val(expr.operand),))
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and type(expr.ops[0]) in COMPARE_OPS:
+            return call(COMPARE_OPS[type(expr.ops[0])], (val(expr.left), val(expr.comparators[0])))
+        if isinstance(expr, ast.Subscript):
+            return call(operator.getitem, (val(expr.value), val(expr.slice)))
+        self.fail(stmt, "not a call, attribute, operator or name, the forms FX writes")
 
 
 # ---------------------------------------------------------------- backends
@@ -515,7 +727,7 @@ def _child(namespace, out_path):
             "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
-        gm = torch.fx.symbolic_trace(namespace["Repro"]())
+        gm = trace_repro(namespace["Repro"]())
         result = evaluate(gm, inputs, spec, folder, _Accuracy(namespace))
     except CannotRun as e:
         result = outcome("cannot_run", exc_type="CannotRun", message=str(e))

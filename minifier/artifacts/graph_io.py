@@ -8,14 +8,20 @@ and int32 zeros(4) share them). On disk each is `inputs/<sha256>.bin` holding ex
 so `sha256sum` verifies it; inputs with equal bytes share the file.
 
 The graph travels as Python source (`module_source`): a `class Repro(torch.nn.Module)` whose
-`forward` is FX's own code for the graph. `trace_source` turns that text back into the same
-graph, recording every torch call (also factory calls such as `torch.ones(2)` that plain
-symbolic tracing would fold into constants).
+`forward` is FX's own code for the graph, and one class per higher-order op body (`torch.cond`
+branches, checkpointed regions), set as attributes in `Repro.__init__`. `trace_source` turns that
+text back into the same graph by READING it (repro_templates/runtime.py `trace_repro`, which
+repro.py carries too): one statement, one node, the same targets. Nothing is executed, so graphs
+no tracer can re-run come back whole: functorch transforms (`_add_batch_dim` on a tensor that
+only exists at run time), writes into views (`x[0] = y`, `y += 1`), factory calls without tensor
+arguments (no folding into constants), higher-order ops.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
+import linecache
 import os
 import types
 from dataclasses import dataclass, field, replace
@@ -23,11 +29,10 @@ from typing import Any, Optional
 
 import torch
 import torch.fx as fx
-from torch.overrides import TorchFunctionMode
+
+from tdbg.repro_templates.runtime import GraphSourceError, trace_repro
 
 INPUTS_DIR = "inputs"
-# Calls that build plain values (not graph computation): run them while tracing.
-_VALUE_CALLS = (torch.device, torch.Size)
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,7 @@ class Case:
     @property
     def key(self) -> str:
         if self._key is None:
-            text = forward_source(self.gm.graph) + "\n" + "\n".join(
+            text = module_source(self.gm.graph) + "\n" + "\n".join(
                 f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs)
             self._key = hashlib.sha256(text.encode()).hexdigest()
         return self._key
@@ -160,15 +165,20 @@ class Case:
         return [n for n in self.gm.graph.nodes if n.op not in ("placeholder", "output")]
 
 
-def make_gm(graph: fx.Graph) -> fx.GraphModule:
+def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.GraphModule:
+    """A GraphModule of `graph`; `root` supplies what its get_attr nodes read (a higher-order
+    op's body GraphModules), so an edited copy of a Case's graph passes its case.gm."""
     graph.lint()
-    return fx.GraphModule(torch.nn.Module(), graph)
+    return fx.GraphModule(root if root is not None else torch.nn.Module(), graph)
 
 
 def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) -> Case:
-    """Normalize a captured graph into a Case: get_attr tensors become inputs, outputs a tuple."""
+    """Normalize a captured graph into a Case: get_attr tensors become inputs, outputs a tuple.
+    A get_attr of a GraphModule (a higher-order op's body: torch.cond's branches, a checkpointed
+    region) stays one, its body normalized the same way (`_body`)."""
     graph = fx.Graph()
     env, specs = {}, []
+    root = torch.nn.Module()
     values = list(example_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(values):
@@ -177,12 +187,14 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
         env[node] = graph.placeholder(node.name)
         specs.append(store.spec(node.name, value))
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
+        if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), fx.GraphModule):
             env[node] = graph.placeholder(node.name)
             specs.append(store.spec(node.name, _fetch_attr(gm, node.target)))
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op == "placeholder" or node in env:
             continue
+        if node.op == "get_attr":
+            setattr(root, _attribute(node.target), _body(_fetch_attr(gm, node.target)))
         if node.op == "call_module":
             raise ValueError(f"graph calls submodule {node.target!r}; tdbg's minifier needs "
                              "functional graphs (Dynamo inlines nn.Modules by default)")
@@ -192,8 +204,32 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
             graph.output(tuple(fx.node.map_arg(outs, lambda n: env[n])))
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
-        env[node].meta = {}
-    return Case(make_gm(graph), tuple(specs))
+        env[node].meta, env[node].type = {}, None
+    return Case(make_gm(graph, root), tuple(specs))
+
+
+def _body(gm: fx.GraphModule) -> fx.GraphModule:
+    """A higher-order op's body as a plain GraphModule (no meta, no types), bodies inside it too;
+    it must be functional: values it reads come in as its arguments."""
+    graph, env, root = fx.Graph(), {}, torch.nn.Module()
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+            if not isinstance(value, fx.GraphModule):
+                raise ValueError(f"a higher-order op's body reads {node.target!r} (a {type(value).__name__}), "
+                                 "which tdbg cannot carry in a graph's source")
+            setattr(root, _attribute(node.target), _body(value))
+        elif node.op == "call_module":
+            raise ValueError(f"a higher-order op's body calls submodule {node.target!r}")
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        env[node].meta, env[node].type = {}, None
+    return make_gm(graph, root)
+
+
+def _attribute(target: str) -> str:
+    if not target.isidentifier():
+        raise ValueError(f"graph reads attribute {target!r}; tdbg carries only top-level attributes")
+    return target
 
 
 def _fetch_attr(gm, target: str):
@@ -211,17 +247,35 @@ _STANDARD_IMPORTS = ("import math", "import operator", "import torch", "from mat
 
 def forward_source(graph: fx.Graph) -> str:
     """FX's code for the graph as `def forward(self, ...)`, stripped of blank edges."""
-    return graph.python_code(root_module="self").src.strip("\n") + "\n"
+    return "\n".join(line.rstrip() for line in graph.python_code(root_module="self").src.strip().splitlines()) + "\n"
 
 
 def imports_for(graph: fx.Graph) -> str:
-    """Import lines that make forward_source's globals resolvable in a fresh module."""
+    """Import lines that make forward_source's globals resolvable in a fresh module (those of the
+    higher-order op bodies included)."""
     lines = list(_STANDARD_IMPORTS)
-    for name, value in graph.python_code(root_module="self").globals.items():
-        line = _import_line(name, value)
-        if line and line not in lines:
-            lines.append(line)
+    for g in _graphs(graph):
+        for name, value in g.python_code(root_module="self").globals.items():
+            line = _import_line(name, value)
+            if line and line not in lines:
+                lines.append(line)
     return "\n".join(lines)
+
+
+def _graphs(graph: fx.Graph) -> list:
+    """`graph` and, depth first, the graphs of the GraphModules its get_attr nodes read."""
+    return [graph] + [g for _, sub in _bodies(graph) for g in _graphs(sub.graph)]
+
+
+def _bodies(graph: fx.Graph) -> list:
+    """(attribute, GraphModule) per higher-order op body that `graph`'s get_attr nodes read."""
+    owner, seen = graph.owning_module, {}
+    for node in graph.nodes:
+        if node.op == "get_attr" and owner is not None and node.target not in seen:
+            value = getattr(owner, node.target, None)
+            if isinstance(value, fx.GraphModule):
+                seen[node.target] = value
+    return list(seen.items())
 
 
 _KNOWN_GLOBALS = {"inf", "nan", "torch", "device", "math", "operator"}
@@ -243,44 +297,44 @@ def _import_line(name: str, value: Any) -> Optional[str]:
     raise ValueError(f"graph refers to {value!r} ({name}), which a standalone file cannot import")
 
 
-def module_source(graph: fx.Graph) -> str:
-    """`class Repro(torch.nn.Module)` with the graph's forward, readable and standalone."""
+def module_source(graph: fx.Graph, name: str = "Repro") -> str:
+    """`class Repro(torch.nn.Module)` with the graph's forward, readable and standalone. Each
+    higher-order op body is a class of its own before it (`Repro_cond_true_0`), which
+    `Repro.__init__` sets as the attribute the graph's get_attr reads; plain Python runs it
+    eagerly, trace_source reads every class back as a GraphModule."""
+    parts, init = [], []
+    for attr, sub in _bodies(graph):
+        parts.append(module_source(sub.graph, f"{name}_{attr}"))
+        init.append(f"        self.{attr} = {name}_{attr}()")
     body = "\n".join("    " + line if line else "" for line in forward_source(graph).splitlines())
-    return f"class Repro(torch.nn.Module):\n{body}\n"
-
-
-class _RecordCalls(TorchFunctionMode):
-    """While tracing, turn every torch call into a graph node, even without proxy arguments."""
-
-    def __init__(self, tracer: fx.Tracer):
-        super().__init__()
-        self.tracer = tracer
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _VALUE_CALLS or getattr(func, "__name__", "") in ("__get__", "__set__"):
-            return func(*args, **kwargs)
-        return self.tracer.create_proxy("call_function", func, args, kwargs)
-
-
-class _Tracer(fx.Tracer):
-    def trace(self, root, concrete_args=None):
-        with _RecordCalls(self):
-            return super().trace(root, concrete_args)
+    if init:
+        body = "    def __init__(self):\n        super().__init__()\n" + "\n".join(init) + "\n\n" + body
+    parts.append(f"class {name}(torch.nn.Module):\n{body}\n")
+    return "\n\n".join(parts)
 
 
 def trace_module(module: torch.nn.Module) -> fx.GraphModule:
-    graph = _Tracer().trace(module)
-    for node in graph.nodes:
-        node.type = None
-    return make_gm(graph)
+    """The GraphModule of a module_source class instance (its file's source is read, see
+    trace_source); GraphSourceError when the source holds what FX does not write."""
+    return trace_repro(module)
 
 
-def trace_source(source: str, filename: str = "<tdbg graph>") -> fx.GraphModule:
-    """Exec a module_source text (with its imports) and trace `Repro` back into a GraphModule."""
-    namespace: dict = {"__name__": "tdbg_graph"}
-    exec(compile(source, filename, "exec"), namespace)
-    return trace_module(namespace["Repro"]())
+_SOURCE_IDS = itertools.count()
+
+
+def trace_source(source: str, filename: str = "") -> fx.GraphModule:
+    """The graph of a module_source text (with its imports): exec'd for its globals and classes,
+    then read statement by statement (runtime.trace_repro). The text is registered with
+    linecache under `filename` (a fresh `<tdbg graph N>` by default), so the reader and any
+    traceback through the graph's forward show its lines."""
+    filename = filename or f"<tdbg graph {os.getpid()}-{next(_SOURCE_IDS)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        namespace: dict = {"__name__": "tdbg_graph"}
+        exec(compile(source, filename, "exec"), namespace)
+        return trace_module(namespace["Repro"]())
+    finally:
+        linecache.cache.pop(filename, None)
 
 
 def case_source(case: Case) -> str:

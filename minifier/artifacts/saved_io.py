@@ -250,8 +250,8 @@ def _rename(gm, names) -> None:
     """Give the traced graph's nodes the names they had when saved (node_sources, kernel names
     and reports use them); tracing the source names nodes after their ops instead."""
     nodes = [n for n in gm.graph.nodes if n.op != "output"]
-    if not isinstance(names, list) or len(names) != len(nodes):
-        return
+    if not isinstance(names, list) or len(names) != len(nodes) or [n.name for n in nodes] == names:
+        return   # (reading the source keeps its names: FX's renames would dodge the names still taken)
     for node in nodes:   # free the saved names first: one may be another node's current name
         node._rename(f"_tdbg_tmp_{node.name}")
     for node, name in zip(nodes, names):

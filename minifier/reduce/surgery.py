@@ -7,6 +7,7 @@ names across candidates.
 from __future__ import annotations
 
 import numbers
+import operator
 from typing import Callable, Iterable, Optional
 
 import torch
@@ -39,9 +40,49 @@ def _detach(v):
 
 
 def is_input_value(v) -> bool:
-    """Can this recorded value become a graph input? (tensors and plain numbers)"""
-    return isinstance(v, torch.Tensor) or (isinstance(v, numbers.Number) and not isinstance(v, bool)) \
-        or isinstance(v, bool)
+    """Can this recorded value become a graph input? (tensors and plain numbers; not a tensor
+    inside a functorch transform, which only means something at the transform's level)"""
+    if isinstance(v, torch.Tensor):
+        from tdbg.compiler.torch_compat import is_functorch_wrapped_tensor
+        return not is_functorch_wrapped_tensor(v)
+    return isinstance(v, numbers.Number)
+
+
+# Calls Dynamo records for what they do to torch's state, not for a value (functorch's transform
+# levels, forward-AD levels, grad mode, saved-tensor hooks): their results have no users, and
+# dropping one breaks the calls after it (an `_add_batch_dim` at a level never entered).
+_STATE_CALLS = ("torch._C._functorch.", "torch._functorch.", "torch._C._autograd.", "torch.autograd.",
+                "torch._C._set_", "torch.amp.")
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                      operator.imod, operator.ipow, operator.ilshift, operator.irshift, operator.iand,
+                      operator.ior, operator.ixor, operator.imatmul, operator.setitem}
+
+
+def has_effect(node: fx.Node) -> bool:
+    """Whether dead-code elimination must keep `node` though nothing reads its result: FX's own
+    rule, plus writes (in-place methods such as `fill_` on a view, `x[0] = y`, `y += 1`, mutating
+    aten overloads) and functorch/autograd state calls (_STATE_CALLS)."""
+    if node.is_impure():
+        return True
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.endswith("__")
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target in _INPLACE_OPERATORS or getattr(getattr(target, "_schema", None), "is_mutable", False):
+        return True
+    return _qualified(target).startswith(_STATE_CALLS)
+
+
+def is_state_call(node: fx.Node) -> bool:
+    """A functorch/autograd state call (_STATE_CALLS) whose result nothing reads: it is there for
+    what it does (enter or leave a vmap/grad/dual level), so edits keep it with the graph (an
+    entered level that is never left would change every later op in the process)."""
+    return node.op == "call_function" and not node.users and _qualified(node.target).startswith(_STATE_CALLS)
+
+
+def _qualified(target) -> str:
+    return f"{getattr(target, '__module__', None) or ''}.{getattr(target, '__name__', '')}"
 
 
 def output_nodes(case: Case) -> list:
@@ -60,7 +101,7 @@ def finish(case: Case, graph: fx.Graph, extra: Iterable = ()) -> Optional[Case]:
     if not any(isinstance(o, fx.Node) for o in out.args[0]):
         return None
     inputs = tuple(specs[n.name] for n in graph.nodes if n.op == "placeholder")
-    return Case(make_gm(graph), inputs)
+    return Case(make_gm(graph, case.gm), inputs)
 
 
 def copy_graph(case: Case) -> tuple:
@@ -79,11 +120,14 @@ def keep_only(case: Case, keep: Iterable[str], values: dict, store: TensorStore)
     """Only the compute nodes named in `keep` stay. A value they read from a dropped node becomes
     an input holding its recorded value; kept nodes whose result nobody kept reads become
     outputs (so nothing kept is dead). None when a dropped value cannot be an input."""
-    keep = set(keep)
     nodes = list(case.gm.graph.nodes)
-    kept = [n for n in nodes if n.name in keep and n.op not in ("placeholder", "output")]
-    if not kept:
+    keep = set(keep) - {n.name for n in nodes if is_state_call(n)}
+    if not any(n.name in keep and n.op not in ("placeholder", "output") for n in nodes):
         return None
+    keep |= {n.name for n in nodes if is_state_call(n)}
+    # a kept higher-order op keeps the get_attr of its bodies (a GraphModule is no input value)
+    keep |= {a.name for n in nodes if n.name in keep for a in n.all_input_nodes if a.op == "get_attr"}
+    kept = [n for n in nodes if n.name in keep and n.op not in ("placeholder", "output")]
     graph, env, extra = fx.Graph(), {}, []
     needed = {a for n in kept for a in n.all_input_nodes}
     for node in nodes:
@@ -100,7 +144,7 @@ def keep_only(case: Case, keep: Iterable[str], values: dict, store: TensorStore)
         env[node] = graph.node_copy(node, lambda n: env[n])
     kept_set = set(kept)
     outs = [o for o in output_nodes(case) if isinstance(o, fx.Node) and o in kept_set]
-    sinks = [n for n in kept if not (set(n.users) & kept_set) and n not in outs
+    sinks = [n for n in kept if not (set(n.users) & kept_set) and n not in outs and not is_state_call(n)
              and is_input_value(values.get(n.name, torch.empty(0)))]
     graph.output(tuple(env[n] for n in outs + sinks))
     return finish(case, graph, extra)
@@ -118,7 +162,7 @@ def replace_with_input(case: Case, name: str, values: dict, store: TensorStore) 
         ph = graph.placeholder(f"{name}_in")
     node.replace_all_uses_with(ph)
     graph.erase_node(node)
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=has_effect)
     _placeholders_first(graph)
     return finish(case, graph, [store.spec(f"{name}_in", value)])
 
@@ -128,7 +172,7 @@ def bypass(case: Case, name: str, operand: str) -> Optional[Case]:
     graph, env = copy_graph(case)
     env[name].replace_all_uses_with(env[operand])
     graph.erase_node(env[name])
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=has_effect)
     return finish(case, graph)
 
 
@@ -138,14 +182,14 @@ def drop_outputs(case: Case, drop: set) -> Optional[Case]:
     out = next(n for n in reversed(graph.nodes) if n.op == "output")
     kept = tuple(o for i, o in enumerate(out.args[0]) if i not in drop)
     out.args = (kept,)
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=has_effect)
     return finish(case, graph)
 
 
 def eliminate_dead_code(case: Case) -> Case:
     graph, _ = copy_graph(case)
-    graph.eliminate_dead_code()
-    return Case(make_gm(graph), case.inputs)
+    graph.eliminate_dead_code(is_impure_node=has_effect)
+    return Case(make_gm(graph, case.gm), case.inputs)
 
 
 def drop_unused_inputs(case: Case) -> Optional[Case]:

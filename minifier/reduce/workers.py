@@ -139,7 +139,8 @@ def warm_up() -> None:
         with contextlib.suppress(Exception):   # a module that cannot load here only loses its head start
             importlib.import_module(f"tdbg.compiler.{m.name}")
     trace_source("import torch\nclass Repro(torch.nn.Module):\n    def forward(self, x):\n"
-                 "        return (torch.ops.aten.neg.default(x), torch.neg(x))\n")
+                 "        neg = torch.ops.aten.neg.default(x)\n        neg_1 = torch.neg(x)\n"
+                 "        return (neg, neg_1)\n")
 
 
 def warm_inductor(_payload=None) -> None:

@@ -319,6 +319,12 @@ def _check_pytree(pytree):
     assert tspec.type is tuple and tspec.num_children == 2 and tspec.child(0).is_leaf()
 
 
+def _check_is_functorch_wrapped_tensor(fn):
+    seen = []
+    torch.vmap(lambda r: seen.append(fn(r)) or r)(torch.ones(2, 3))
+    assert seen == [True] and fn(torch.ones(2)) is False
+
+
 # ---- Inductor's hooks ------------------------------------------------------------------------
 
 def _check_compile_fx(fn):
@@ -369,6 +375,7 @@ CHECKS = {
     "has_kernel_for_dispatch_key": _check_has_kernel, "RecordFunctionFast": _check_record_function_fast,
     "elementwise_dtypes": _check_elementwise_dtypes, "ELEMENTWISE_TYPE_PROMOTION_KIND": _check_promotion_kind,
     "get_decompositions": _check_get_decompositions, "pytree": _check_pytree,
+    "is_functorch_wrapped_tensor": _check_is_functorch_wrapped_tensor,
     # inductor_hooks
     "compile_fx": _check_compile_fx, "compile_fx_inner": _check_compile_fx_inner,
     "inductor_config": _check_inductor_config, "compiler_bisector": _check_compiler_bisector,
