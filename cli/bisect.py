@@ -68,7 +68,7 @@ def _exit(result: dict) -> int:
         return exit_code("internal" if verdict["stage"] == "internal" else "bad_input")
     if verdict["level"] == "script":
         return common.stage_exit_code({"status": "failed", "stage": "script",
-                                       "exit_code": (result["reference"] or {}).get("exit_code")}) \
+                                       "script_exit_code": (result["reference"] or {}).get("script_exit_code")}) \
             if verdict["stage"] == "script" else common.stage_exit_code({"status": "failed", **verdict})
     return common.stage_exit_code({"status": "failed", "stage": verdict["stage"]})
 

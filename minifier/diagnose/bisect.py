@@ -228,7 +228,8 @@ def _first(text) -> str:
 
 
 def _short_run(verdict: dict) -> dict:
-    return {"status": verdict["status"], "stage": verdict.get("stage"), "exit_code": verdict.get("exit_code"),
+    return {"status": verdict["status"], "stage": verdict.get("stage"),
+            "script_exit_code": verdict.get("script_exit_code"),
             "error": _short(verdict.get("error")),
             "graphs": len(verdict.get("graphs") or []), "duration_s": verdict.get("duration_s")}
 
