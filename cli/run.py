@@ -8,7 +8,9 @@ import click
 from tdbg.cli import common
 from tdbg.cli.console import doing, exit_codes_help, fail, out, report_to_stderr, write_json
 
-JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
+# version 2: verdict.exit_code became verdict.script_exit_code (the script's own status, never tdbg's
+# exit code, which is the document's exit_code); errors have source_lines
+JSON_SCHEMA, JSON_VERSION = "tdbg.run", 2
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
                    "crash", "timeout", "backend")
 # failure stage -> what the FAILED line says when the failure is in a graph's backward
@@ -18,8 +20,6 @@ BACKWARD_WORDS = {
     "crash": "the process died from a signal while running a compiled graph's backward",
     "backend": "the backend failed while running a compiled graph's backward",
 }
-# failure stage -> repro level that captures it (see `tdbg minify --help`)
-MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 
 
 @click.command(epilog=exit_codes_help())
@@ -189,8 +189,8 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     stage = verdict.get("stage")
     words = common.script_words(script, args)
     tail = ["--", *args] if args else []
-    # tdbg's bisect walks its own chain by default; any other backend is bisected up to itself
-    bisect = ["tdbg", "bisect", script] + ([] if backend == "inductor" else ["--backend", backend]) + tail
+    # the backend is always named: a suggestion must not depend on bisect's default
+    bisect = ["tdbg", "bisect", script, "--backend", backend] + tail
     if stage == "dynamo":
         return [common.command_line(["tdbg", "explain", *words])]
     if stage == "script":
@@ -211,11 +211,10 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     launcher = os.path.join(verdict.get("repro_dir") or "", "minifier_launcher.py")
     if verdict.get("repro_dir") and os.path.isfile(launcher):   # the dump holds the failing graph
         return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
-    after = "aot" if backend in ("inductor", "aot_eager") else "dynamo"
-    minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2))]
-    if backend != "inductor":
-        minify += ["--backend", backend]
-    return commands + [common.command_line(minify + tail)]
+    minify = common.minify_command(script, args, backend, stage)
+    if stage == "accuracy" and verdict.get("check_calls") and (err.get("call") or 1) > 1:
+        minify = None   # found past the first call by --check-calls N: minify checks only its default calls
+    return commands + ([minify] if minify else [])
 
 
 def render(verdict: dict, script: str, backend: str, code: int, commands: list) -> None:
@@ -248,6 +247,8 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     rows = [("backend", backend), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
             ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
             ("kernel", err.get("kernel")), ("error", err.get("message"))]
+    if len(err.get("source_lines") or []) > 1:   # a kernel's ops come from several user lines
+        rows.insert(3, ("lines", "\n".join(err["source_lines"])))
     for key, value in rows:
         _row(c, key, value)
     _debug_line(verdict)

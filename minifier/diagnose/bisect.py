@@ -175,7 +175,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     chain = chain_for(chosen)
     result = {"backend": chosen, "chain": list(chain), "reference": None, "backends": [],
               "first_failing_backend": None, "graph": None, "subsystems": [], "culprits": [], "workaround": None,
-              "reproduce": None, "verdict": None}
+              "reproduce": None, "verdict": None, "source": None}
     reference = prober.run("uncompiled", None)
     result["reference"] = _short_run(reference)
     if _fails(reference):
@@ -212,7 +212,15 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
         _into_torch(prober, failing, result, jobs)
     else:
         result["verdict"] = _chain_verdict(backend, failing, chain)
+    result["source"] = _source(result, failing)
     return result
+
+
+def _source(result: dict, failing: dict) -> Optional[str]:
+    """The user line of the verdict: the culprit op's own line (its FX node's), else the failing
+    run's (for an accuracy failure, the line of the graph output whose value differs)."""
+    found = next((c["source"] for c in result["culprits"] if c.get("source")), None)
+    return found or (failing.get("error") or {}).get("source")
 
 
 def _unreachable(chain: tuple, backend: str, failing: dict) -> dict:
@@ -259,7 +267,16 @@ def _chain_verdict(backend: str, failing: dict, chain: tuple = CHAIN) -> dict:
     where = f" while {prev} passes" if prev else ""
     return {"level": "backend", "stage": stage,
             "summary": f"backend {backend} fails ({stage}){where}: the bug is in that backend or what it calls; "
-                       "tdbg cannot look inside it (minify the failing graph with `tdbg minify --backend`)"}
+                       f"tdbg cannot look inside it ({_NEXT_STEP.get(stage, _NEXT_STEP[None])})"}
+
+
+# failure stage -> what to do next about a backend tdbg cannot look inside
+_NEXT_STEP = {
+    "script": "every checked call of its graphs matched eager (the first calls and each new input signature), "
+              "yet the script failed after them: a later call may differ, and a minifier checks no more calls "
+              "than that; check more calls with `tdbg run --check-accuracy --check-calls N`",
+    None: "minify the failing graph with `tdbg minify --backend`",
+}
 
 
 def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> None:
@@ -346,16 +363,27 @@ def _grow(fails: Callable, limit: int = 1 << 16) -> Optional[int]:
 
 
 def _describe_application(verdict: dict, key: str, index: int) -> dict:
-    """FX node, target, kernel and graph of application `index`, from report lines or the error."""
+    """FX node, target, kernel, graph and the node's own user line (`source`, from its stack
+    trace: never the line of the graph output where a wrong value shows) of application `index`,
+    from report lines or the error."""
     for line in verdict.get("report") or []:
         for entry in line.get(key) or []:
             if entry.get("index") == index:
-                nodes = entry.get("nodes") or [entry.get("fx_node")]
-                return {"fx_node": ", ".join(n for n in nodes if n), "target": entry.get("target"),
-                        "kernel": entry.get("kernel"), "graph": line.get("graph"), "graph_kind": line.get("kind")}
+                nodes = [n for n in entry.get("nodes") or [entry.get("fx_node")] if n]
+                traces = line.get("traces") or {}
+                return {"fx_node": ", ".join(nodes), "target": entry.get("target"),
+                        "kernel": entry.get("kernel"), "graph": line.get("graph"), "graph_kind": line.get("kind"),
+                        "source": next((s for s in (user_line(traces.get(n)) for n in nodes) if s), None)}
     err = verdict.get("error") or {}
     return {"fx_node": err.get("fx_node"), "target": None, "kernel": err.get("kernel"),
-            "graph": err.get("graph"), "graph_kind": None}
+            "graph": err.get("graph"), "graph_kind": None, "source": None}
+
+
+def user_line(trace: Optional[str]) -> Optional[str]:
+    """'file:line in fn: code' (file relative to the working folder, as runs print it) of the user
+    frame of an FX node's stack trace, or None."""
+    from tdbg.minifier.runs.runner import source_of
+    return source_of(trace) if trace else None
 
 
 def _confirm(prober: _Prober, culprit: dict) -> Optional[dict]:
@@ -477,7 +505,8 @@ def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str)
     applied = _readable(out.get("debug"))
     target = (out.get("nodes") or {}).get(applied)
     return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
-            "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])}
+            "target": target, "kernels": _kernels_of(target, out.get("kernels") or []),
+            "fx_node": applied if target else None, "source": user_line((out.get("traces") or {}).get(applied))}
 
 
 def _readable(debug: Optional[str]) -> Optional[str]:
@@ -577,7 +606,7 @@ def _setup_probe(spec: dict) -> dict:
     if backend == "inductor":   # torch.compile's Inductor wrapper applies these; compile_fx does not
         for key, value in (bisector.get_config_change("inductor") or {}).items():
             setattr(inductor_config, key, value)
-    return {"spec": spec, "module": compiler_bisector, "nodes": {}, "kernels": []}
+    return {"spec": spec, "module": compiler_bisector, "nodes": {}, "traces": {}, "kernels": []}
 
 
 def _recording_inner(gm, *args, **kwargs):
@@ -585,6 +614,8 @@ def _recording_inner(gm, *args, **kwargs):
     for node in gm.graph.nodes:
         if node.op == "call_function":
             _PROBE["nodes"].setdefault(node.name, str(node.target))
+            if node.meta.get("stack_trace"):    # the culprit's own user line
+                _PROBE["traces"].setdefault(node.name, node.meta["stack_trace"])
     compiled = None
     try:
         compiled = compile_fx_inner(gm, *args, **kwargs)
@@ -601,7 +632,7 @@ def _write_probe() -> None:
     debug = None if at is None else module.CompilerBisector.get_call_counter_debug_info(
         spec["backend"], spec["subsystem"], at)
     doc = {"count": module.subsystem_call_counter[spec["subsystem"]], "debug": debug, "nodes": _PROBE["nodes"],
-           "kernels": _PROBE["kernels"]}
+           "traces": _PROBE["traces"], "kernels": _PROBE["kernels"]}
     tmp = spec["out"] + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f)

@@ -354,6 +354,7 @@ def _child(spec: dict) -> dict:
     finally:
         sys.argv, sys.path[0], sys.modules["__main__"] = saved
     verdict = _verdict(session, exc, exit_code, script, cfg)
+    verdict["check_calls"] = spec.get("check_calls")   # --check-calls N (None: the default policy)
     if saver is not None:
         saver.finish()
         verdict["save_io"] = _save_io_summary(saver, spec["backend"])
@@ -436,7 +437,7 @@ def describe(exc: BaseException, session, script: str) -> dict:
     fx = evidence.get("fx_node") or ", ".join(evidence.get("fx_nodes") or []) or None
     during = tag["during"] if tag else None
     site = tag.get("site") if tag else None    # a backward's failure: the forward's call site
-    source = (_evidence_source(evidence.get("node_source")) or _evidence_source(evidence.get("source"))
+    source = (source_of(evidence.get("node_source")) or source_of(evidence.get("source"))
               or (_node_source(session, graph, fx) if during != "backward" else None)
               or (_rel_source(site) if site else None) or _user_line(chain, script))
     return {"stage": stage, "type": type(root).__name__,
@@ -451,7 +452,7 @@ def describe(exc: BaseException, session, script: str) -> dict:
 
 def _trace_lines(traces) -> list:
     """The distinct user lines of a kernel's FX nodes' stack traces, in the nodes' order."""
-    found = [_evidence_source(t) for t in traces or []]
+    found = [source_of(t) for t in traces or []]
     return list(dict.fromkeys(line for line in found if line))
 
 
@@ -462,7 +463,7 @@ def _from_autograd(chain) -> bool:
     return any(marker in f.filename for e in chain for f in traceback.extract_tb(e.__traceback__))
 
 
-def _evidence_source(text) -> Optional[str]:
+def source_of(text) -> Optional[str]:
     """An error's own source: one 'file:line ...' line, or the user frame of a node's stack trace
     ('File "f", line N, in fn' lines); None for anything else (e.g. a kernel's C++)."""
     from tdbg.minifier.diagnose.checks import trace_source

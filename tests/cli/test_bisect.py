@@ -9,7 +9,7 @@ def test_dynamo_failure_stops_at_eager(scenarios):
     r = scenarios["bisect_dynamo"]
     assert r.code == exit_code("dynamo"), r.output
     doc = r.json
-    assert (doc["schema"], doc["version"]) == ("tdbg.bisect", 1)
+    assert (doc["schema"], doc["version"]) == ("tdbg.bisect", 2)
     assert doc["first_failing_backend"] == "eager"
     assert [b["backend"] for b in doc["backends"]] == ["eager"]
     assert doc["verdict"]["level"] == "dynamo" and doc["subsystems"] == [] and doc["culprits"] == []
@@ -52,14 +52,14 @@ def test_foo2_accuracy_bug_ends_at_neg(scenarios):
     assert doc["culprits"][0]["target"] == "aten.neg.default"
     assert doc["workaround"] == {"fallback_ops": ["aten.neg.default"], "passes": True, "stage": None,
                                  "env": {"TDBG_FALLBACK_OPS": "aten.neg.default"}}
-    assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4"
+    assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4 --backend inductor"
 
 
 @pytest.mark.slow
 @pytest.mark.scenario("bisect_foo1_compile_error")
 def test_foo1_compile_error_ends_at_neg(scenarios):
     doc = _assert_ends_at_neg(scenarios["bisect_foo1_compile_error"], "cpp_build")
-    assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2"
+    assert doc["minify_command"] == "tdbg minify examples/foo1.py --after aot --level 2 --backend inductor"
 
 
 @pytest.mark.slow
