@@ -258,6 +258,7 @@ def test_probe_backend_drives_torchs_bisector_in_a_real_child(tmp_path):
     assert (doc["count"], doc["debug"]) == (2, "neg")
     assert doc["kernels"] == ["cpp_fused_neg_0"]     # amin ran by aten: no kernel of its own
     assert {doc["nodes"]["neg"], doc["nodes"]["amin"]} == {"aten.neg.default", "aten.amin.default"}
+    assert "neg" in doc["traces"]    # the stack trace bisect reads the culprit's own user line from
 
 
 def test_decomposition_debug_info_reads_as_the_op():
