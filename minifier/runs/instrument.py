@@ -25,6 +25,7 @@ from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
+UNCHECKED_LINES = 3  # lines kept of why a call could not be checked
 _KERNEL_RANGE = re.compile(r"graph_\d+_(\w+)$")   # tdbg's profiler range around one kernel (wrapper.py)
 
 # Frames from these directories are framework frames, never "the user's line".
@@ -249,7 +250,9 @@ class Session:
         if result.draws_random:
             info["draws_random"] = True
         if result.unchecked:
-            info.setdefault("unchecked", []).append({"call": call, "reason": result.unchecked[:300]})
+            # whole lines (a cut line may be the part that helps), the first few of a long error
+            reason = "\n".join(result.unchecked.splitlines()[:UNCHECKED_LINES])
+            info.setdefault("unchecked", []).append({"call": call, "reason": reason})
         for part, found in (("forward", result.forward), ("backward", result.backward)):
             if found:
                 error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file),

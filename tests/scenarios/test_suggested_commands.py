@@ -83,3 +83,14 @@ def test_suggestions_fit_the_failure(tdbg_runs):
         f"tdbg run {S}/asserts_late_call.py --backend {USER} --check-accuracy",
         f"tdbg run {S}/asserts_late_call.py --backend {USER} --check-accuracy --check-calls 100"]
     assert "tdbg minify" not in late.json["verdict"]["summary"]
+
+
+def test_messages_are_never_cut(tdbg_runs):
+    """A long line of a message (here the hint on graphs that draw random numbers, once cut at 300
+    characters: `Inductor: torch._induc`) is kept whole in the JSON and on the terminal."""
+    from tdbg.minifier.diagnose.checks import RANDOM_NOTE
+    r = tdbg_runs(("run", f"{S}/dropout_mlp.py", "--backend", "inductor", "--check-accuracy"),
+                  {"TDBG_INJECT_BUG": "relu:accuracy"})
+    assert r.code == exit_code("accuracy"), r.output
+    assert len(RANDOM_NOTE) > 300 and RANDOM_NOTE in r.json["verdict"]["error"]["message"].splitlines()
+    assert f"    {RANDOM_NOTE}\n" in r.stdout
