@@ -442,7 +442,7 @@ def describe(exc: BaseException, session, script: str) -> dict:
               or (_rel_source(site) if site else None) or _user_line(chain, script))
     return {"stage": stage, "type": type(root).__name__,
             "message": _first_lines(evidence.get("message") or f"{type(root).__name__}: {root}"),
-            "source": source, "source_lines": _trace_lines(evidence.get("node_traces")),
+            "source": source, "source_lines": _trace_lines(evidence.pop("node_traces", None)),
             "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
             "frame": info.get("frame"), "during": during, "call": tag.get("call") if tag else None,
             "part": evidence.get("part") or ("backward" if during == "backward" else ("forward" if tag else None)),
