@@ -505,7 +505,9 @@ def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str)
     applied = _readable(out.get("debug"))
     target = (out.get("nodes") or {}).get(applied)
     return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
-            "target": target, "kernels": _kernels_of(target, out.get("kernels") or []),
+            # a kernel that did not compile is not among the compiled ones: the error names it
+            "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])
+            or [k for k in [((probes[hi][0].get("error") or {}).get("kernel"))] if k],
             "fx_node": applied if target else None, "source": user_line((out.get("traces") or {}).get(applied))}
 
 
