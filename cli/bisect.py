@@ -6,7 +6,9 @@ import click
 from tdbg.cli import common
 from tdbg.cli.console import doing, err, exit_code, exit_codes_help, fail, now_doing, out, report_to_stderr, write_json
 
-JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 1
+# version 2: runs' exit_code became script_exit_code (the script's own status, never tdbg's exit
+# code); culprits and the document have `source` (the culprit op's own user line); next_commands
+JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 2
 
 
 @click.command(epilog=exit_codes_help() + "\n\n\bbisect exits with the failing stage's code when it finds a "
@@ -48,7 +50,7 @@ def bisect(script, args, backend, timeout, jobs, json_path):
     minify = _minify_command(result, script, args)
     render(result, minify)
     write_json(json_path, {"script": script, "argv": list(args), "exit_code": code, "minify_command": minify,
-                           **result}, JSON_SCHEMA, JSON_VERSION)
+                           "next_commands": _next_commands(result, minify), **result}, JSON_SCHEMA, JSON_VERSION)
     raise SystemExit(code)
 
 
@@ -67,21 +69,46 @@ def _exit(result: dict) -> int:
         return exit_code("internal" if verdict["stage"] == "internal" else "bad_input")
     if verdict["level"] == "script":
         return common.stage_exit_code({"status": "failed", "stage": "script",
-                                       "exit_code": (result["reference"] or {}).get("exit_code")}) \
+                                       "script_exit_code": (result["reference"] or {}).get("script_exit_code")}) \
             if verdict["stage"] == "script" else common.stage_exit_code({"status": "failed", **verdict})
     return common.stage_exit_code({"status": "failed", "stage": verdict["stage"]})
 
 
 def _minify_command(result: dict, script: str, args) -> str:
+    """The minify that captures the first failing backend's failure ("" when none fits: a
+    script's own failure after matching calls has no failing graph). Every layer below that
+    backend passed, so a compiler's failure is in its own compile (--after aot where it has one)."""
     level, backend = result["verdict"]["level"], result.get("first_failing_backend")
     if level in ("none", "script", "bad_input", "unreachable", "dynamo") or not backend:
         return ""
-    stage = result["verdict"]["stage"]
-    words = ["tdbg", "minify", script, "--after", "aot" if backend in ("inductor", "aot_eager") else "dynamo",
-             "--level", "4" if stage == "accuracy" else "3" if stage in ("crash", "timeout") else "2"]
-    if backend != "own":   # minify's default, the script's own, may be another backend
-        words += ["--backend", backend]
-    return common.command_line(words + (["--", *args] if args else []))
+    return common.minify_command(script, args, backend, result["verdict"]["stage"], layer_checked=True) or ""
+
+
+def _reproduce_line(repro: dict) -> str:
+    env = " ".join(f"{k}={common.command_line([v])}" for k, v in repro["env"].items())
+    return (env + " " if env else "") + common.command_line(repro["argv"])
+
+
+# a script that fails after every checked call matched: how many calls the suggested run checks
+CHECK_MORE_CALLS = 100
+
+
+def _check_more(result: dict) -> str:
+    """For a script's own failure after compiled calls that matched eager (stage script at a
+    backend): the run that checks CHECK_MORE_CALLS calls of each graph, else ""."""
+    repro = result.get("reproduce")
+    if result["verdict"].get("stage") != "script" or not repro or "--check-accuracy" not in repro["argv"]:
+        return ""
+    argv = list(repro["argv"])
+    at = argv.index("--check-accuracy") + 1
+    return _reproduce_line(dict(repro, argv=argv[:at] + ["--check-calls", str(CHECK_MORE_CALLS)] + argv[at:]))
+
+
+def _next_commands(result: dict, minify: str) -> list:
+    """What to run next, as shown: the reproducing run, then the minify or the run that checks
+    more calls (each one runs on this case)."""
+    repro, more = result.get("reproduce"), _check_more(result)
+    return ([_reproduce_line(repro)] if repro else []) + [c for c in (minify, more) if c]
 
 
 def render(result: dict, minify: str) -> None:
@@ -109,7 +136,7 @@ def render(result: dict, minify: str) -> None:
             continue
         c.print(f"[bold]Culprit {escape(culprit['kind'])}[/]: #{culprit['index']} "
                 f"(fails with {culprit['knob']}={culprit['count']}, passes with {culprit['passes_with']})")
-        for key in ("fx_node", "target", "kernel", "graph"):
+        for key in ("fx_node", "target", "kernel", "graph", "source"):
             if culprit.get(key) not in (None, ""):
                 c.print(f"  {key.replace('_', ' ')}: {escape(str(culprit[key]))}")
     verdict = result["verdict"]
@@ -151,6 +178,8 @@ def _render_torch_culprit(c, culprit: dict) -> None:
             c.print(f"  {key}: {escape(str(culprit[key]))}")
     if culprit.get("kernels"):
         c.print(f"  kernel: {escape(', '.join(culprit['kernels']))}")
+    if culprit.get("source"):
+        c.print(f"  source: {escape(culprit['source'])}")
 
 
 def _render_error(c, result: dict) -> None:
@@ -159,10 +188,13 @@ def _render_error(c, result: dict) -> None:
     error = (failing or {}).get("error") or (result["reference"] or {}).get("error")
     if not error or result["verdict"]["level"] == "none":
         return
-    if error.get("source"):
-        c.print(f"  source: {escape(error['source'])}")
-    lines = str(error.get("message") or "").splitlines()[:6]
-    for line in lines:
+    source = result.get("source") or error.get("source")
+    if source:
+        c.print(f"  source: {escape(source)}")
+    if error.get("source") and error["source"] != source:   # the culprit's line above; where it showed here
+        c.print(f"  seen at: {escape(error['source'])}")
+    # the whole message (runs keep its first lines, each whole): a cut line may be the hint
+    for line in str(error.get("message") or "").splitlines():
         c.print(f"    {escape(line)}")
 
 
@@ -170,9 +202,8 @@ def _render_commands(c, result: dict, minify: str) -> None:
     from rich.markup import escape
     repro = result.get("reproduce")
     if repro:
-        env = " ".join(f"{k}={common.command_line([v])}" for k, v in repro["env"].items())
         c.print("[bold]Reproduce:[/]")
-        c.print(f"  {escape((env + ' ') if env else '')}{escape(common.command_line(repro['argv']))}")
+        c.print(f"  {escape(_reproduce_line(repro))}")
         if repro.get("checked"):
             c.print(f"  (checked: {escape(repro['checked'])})")
     workaround = result.get("workaround")
@@ -182,4 +213,8 @@ def _render_commands(c, result: dict, minify: str) -> None:
     if minify:
         c.print("[bold]Minify:[/]")
         c.print(f"  {escape(minify)}")
+    more = _check_more(result)
+    if more:
+        c.print("[bold]Check more calls:[/]")
+        c.print(f"  {escape(more)}")
     c.print(f"[dim]{len(result['runs'])} runs in {result['duration_s']:.1f} s[/]")

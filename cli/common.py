@@ -130,6 +130,31 @@ def command_line(words) -> str:
     return " ".join(shlex.quote(str(w)) for w in words)
 
 
+# failure stage -> the repro level that captures it (see `tdbg minify --help`); other compiler stages: 2
+MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
+# stages with nothing a minifier can capture: the script's own failure (every checked call matched
+# eager), Dynamo's capture, bad input, tdbg's own bug
+NOT_MINIFIABLE = ("script", "dynamo", "bad_input", "internal", None)
+# a backend whose own compile after AOTAutograd is where a failure at these stages lies, so
+# `--after aot` captures the failing aten graph; an accuracy failure may come from AOTAutograd
+# itself (its aten graph already wrong, as in PyTorch #162151) unless bisect saw the previous layer pass
+AFTER_AOT = {"inductor": ("lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy", "crash", "timeout"),
+             "torch:inductor": ("lowering", "scheduling", "cpp_build", "kernel_runtime")}
+
+
+def minify_command(script: str, args, backend: str, stage: Optional[str], *, layer_checked: bool = False):
+    """The `tdbg minify` command line that captures a failure of `backend` at `stage`, or None when
+    no minify fits the case (NOT_MINIFIABLE). `layer_checked`: bisect saw every layer below
+    `backend` pass, so its failure lies in its own compile. The backend is always named: a
+    suggestion must not depend on minify's default."""
+    if stage in NOT_MINIFIABLE:
+        return None
+    aot = stage in AFTER_AOT.get(backend, ()) or (layer_checked and backend in AFTER_AOT and stage != "aot_autograd")
+    words = ["tdbg", "minify", script, "--after", "aot" if aot else "dynamo", "--level",
+             str(MINIFY_LEVEL.get(stage, 2)), "--backend", backend]
+    return command_line(words + (["--", *args] if args else []))
+
+
 def script_words(script: str, args) -> list:
     return [script, *(["--", *args] if args else [])]
 

@@ -44,15 +44,15 @@ def exit_code(name: str) -> int:
 
 
 def verdict_exit_code(verdict: dict) -> int:
-    """The exit code of a run verdict ({status, stage, exit_code, compile_calls}), the same in
-    every command: ok -> 0, but a run that never called torch.compile is bad input; stage
+    """The exit code of a run verdict ({status, stage, script_exit_code, compile_calls}), the same
+    in every command: ok -> 0, but a run that never called torch.compile is bad input; stage
     `script` -> the script's own code (1 when it raised); a stage in the table -> its code;
     anything else -> internal (an unknown stage is tdbg's bug, never a silent 0)."""
     stage = verdict.get("stage")
     if verdict.get("status") == "ok":
         return exit_code("bad_input" if verdict.get("compile_calls") == 0 else "ok")
     if stage == "script":
-        return verdict.get("exit_code") or 1
+        return verdict.get("script_exit_code") or 1
     return exit_code(stage if stage in EXIT_CODES and stage != "ok" else "internal")
 
 

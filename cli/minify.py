@@ -190,7 +190,7 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
                "error": (verdict.get("error") or {}).get("message")}
     if dump is None:
         doc.payload["capture"] = capture
-        _no_dump(verdict, script, doc)
+        _no_dump(verdict, script, doc, level)
     return dump, capture
 
 
@@ -225,21 +225,31 @@ def unreadable_graph_message(e: BaseException, after: str) -> str:
 _SETUP_ERRORS = {"NoAotStage": "bad_input", "BackendError": "bad_input"}
 
 
-def _no_dump(verdict: dict, script: str, doc: _Document) -> NoReturn:
+# what a capture that found nothing suggests: never the level that was given (level 4 -> its own words)
+_NOTHING_CAUGHT = {4: "every checked call of each compiled graph matched eager (the first calls and each new "
+                      "input signature; `tdbg run --check-accuracy --check-calls N` checks more)"}
+_SCRIPT_FAILED = {4: "every checked call of each compiled graph matched eager (the first calls and each new input "
+                     "signature); a later call may differ: `tdbg run --check-accuracy --check-calls N` checks more"}
+
+
+def _no_dump(verdict: dict, script: str, doc: _Document, level: int = 2) -> NoReturn:
     """No graph was captured: say why, with the code `tdbg run` gives the same verdict."""
     if verdict.get("status") == "ok":
         if verdict.get("compile_calls") == 0:
             doc.fail(common.never_compiled_message(script), "bad_input")
-        doc.fail(f"{script} ran without a compile failure, so there is nothing to minify (for accuracy "
-                 "problems use --level 4).", "not_reproduced")
+        why = _NOTHING_CAUGHT.get(level, "for accuracy problems use --level 4, which compares each graph with eager")
+        doc.fail(f"{script} ran without a compile failure, so there is nothing to minify ({why}).", "not_reproduced")
     error = verdict.get("error") or {}
     lines = (error.get("message") or "").splitlines()
     if error.get("type") in _SETUP_ERRORS or verdict.get("stage") == "bad_input":
         doc.fail(" ".join(line.strip() for line in lines), _SETUP_ERRORS.get(error.get("type"), "bad_input"))
     stage = verdict.get("stage") or "internal"
     detail = f": {lines[0]}" if lines else ""
+    hint = (_SCRIPT_FAILED.get(level, "when the script failed on a compiled graph's wrong result, use --level 4, "
+                                      "which compares each graph with eager") if stage == "script"
+            else "try `tdbg run` for the report, or another --after")
     doc.fail(f"{script} failed at stage {stage}{detail}, outside any compiled graph the dumper sees; "
-             "nothing to minify (try `tdbg run` for the report, or another --after).", "internal",
+             f"nothing to minify ({hint}).", "internal",
              code=verdict_exit_code(verdict))
 
 

@@ -79,7 +79,7 @@ def _script_failed(e) -> None:
         err().print(e.info["traceback"], markup=False, end="")
     render_evidence(dict(e.info.get("evidence") or {}, **{k: v for k, v in e.info.items() if v}),
                     f"the {e.mode} run of the script failed: stage {e.info['stage']}")
-    raise SystemExit(stage_exit_code({"status": "failed", "stage": e.info["stage"], "exit_code": 1}))
+    raise SystemExit(stage_exit_code({"status": "failed", "stage": e.info["stage"], "script_exit_code": 1}))
 
 
 def _ms(seconds) -> str:

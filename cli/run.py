@@ -8,7 +8,9 @@ import click
 from tdbg.cli import common
 from tdbg.cli.console import doing, exit_codes_help, fail, out, report_to_stderr, write_json
 
-JSON_SCHEMA, JSON_VERSION = "tdbg.run", 1
+# version 2: verdict.exit_code became verdict.script_exit_code (the script's own status, never tdbg's
+# exit code, which is the document's exit_code); errors have source_lines
+JSON_SCHEMA, JSON_VERSION = "tdbg.run", 2
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
                    "crash", "timeout", "backend")
 # failure stage -> what the FAILED line says when the failure is in a graph's backward
@@ -18,8 +20,6 @@ BACKWARD_WORDS = {
     "crash": "the process died from a signal while running a compiled graph's backward",
     "backend": "the backend failed while running a compiled graph's backward",
 }
-# failure stage -> repro level that captures it (see `tdbg minify --help`)
-MINIFY_LEVEL = {"accuracy": 4, "crash": 3, "timeout": 3}
 
 
 @click.command(epilog=exit_codes_help())
@@ -185,22 +185,20 @@ def _outcome(verdict: dict, script: str, args, backend: str, function=None):
     return common.stage_exit_code(verdict), next_commands(verdict, script, args, backend)
 
 
-# backends whose aten graphs `minify --after aot` can capture (aot_capture.FAMILIES by name)
-AOT_BACKENDS = ("inductor", "aot_eager", "torch:inductor", "torch:tdbg", "torch:aot_eager")
-
-
 def next_commands(verdict: dict, script: str, args, backend: str) -> list:
     stage = verdict.get("stage")
     words = common.script_words(script, args)
     tail = ["--", *args] if args else []
-    given = [] if backend == common.OWN else ["--backend", backend]   # every command defaults to the script's own
-    bisect = ["tdbg", "bisect", script, *given, *tail]
+    # the backend is always named (a suggestion must not depend on a command's default): the one the
+    # script's own calls resolved to when there is one, else --backend's (own keeps mode/options)
+    named = common.ran_backend(verdict, backend) or backend
+    bisect = ["tdbg", "bisect", script, "--backend", named] + tail
     if stage == "dynamo":
         return [common.command_line(["tdbg", "explain", *words])]
     if stage == "script":
         graphs = verdict.get("graphs") or []
         unchecked = bool(graphs) and not any(g.get("checked") for g in graphs)
-        check = [common.command_line(["tdbg", "run", script, *given, *tail])] if unchecked else []
+        check = [common.command_line(["tdbg", "run", script, "--backend", named, *tail])] if unchecked else []
         return check + [common.command_line(bisect)]
     if stage not in COMPILER_STAGES:
         return []
@@ -210,14 +208,14 @@ def next_commands(verdict: dict, script: str, args, backend: str) -> list:
         confirm = ["tdbg", "run", script, "--backend", "eager"]
         limit = ["--timeout", f"{verdict['timeout']:g}"] if verdict.get("timeout") else []
         return [common.command_line(confirm + limit + tail)]
-    ran = common.ran_backend(verdict, backend)
-    commands = [common.command_line(bisect)] if ran != "eager" else []
+    commands = [common.command_line(bisect)] if named != "eager" else []
     launcher = os.path.join(verdict.get("repro_dir") or "", "minifier_launcher.py")
     if verdict.get("repro_dir") and os.path.isfile(launcher):   # the dump holds the failing graph
         return commands + [common.command_line(["tdbg", "minify", verdict["repro_dir"]])]
-    after = "aot" if ran in AOT_BACKENDS else "dynamo"
-    minify = ["tdbg", "minify", script, "--after", after, "--level", str(MINIFY_LEVEL.get(stage, 2)), *given]
-    return commands + [common.command_line(minify + tail)]
+    minify = common.minify_command(script, args, named, stage)
+    if stage == "accuracy" and verdict.get("check_calls") and (err.get("call") or 1) > 1:
+        minify = None   # found past the first call by --check-calls N: minify checks only its default calls
+    return commands + ([minify] if minify else [])
 
 
 def render(verdict: dict, script: str, backend: str, code: int, commands: list) -> None:
@@ -249,6 +247,8 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     rows = [("backend", common.ran_words(verdict, backend)), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
             ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
             ("kernel", err.get("kernel")), ("error", err.get("message"))]
+    if len(err.get("source_lines") or []) > 1:   # a kernel's ops come from several user lines
+        rows.insert(3, ("lines", "\n".join(err["source_lines"])))
     for key, value in rows:
         _row(c, key, value)
     _replaced_lines(verdict, backend)

@@ -384,6 +384,9 @@ def _report(c):
             "fallbacks": c.graph.fallbacks,
             "fusions": sorted(fusions, key=lambda f: f["index"]),
             "kernels": [{"name": k.name, "fx_nodes": k.fx_nodes} for k in c.kernels]}
+    # each lowered or fused node's stack trace: bisect names a culprit's own user line from it
+    named = {r["fx_node"] for r in c.graph.lowered} | {n for f in fusions for n in f["nodes"]}
+    line["traces"] = {n: t for n, t in _node_traces(c.gm).items() if n in named}
     with open(c.config.report_path, "a") as f:
         f.write(json.dumps(line) + "\n")
 

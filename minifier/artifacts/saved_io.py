@@ -314,7 +314,9 @@ class Writer:
 
     def skip(self, kind: str, graph: int, call: int, reason: str) -> None:
         """A call that should have been saved and was not: the manifest says so, and why."""
-        self.manifest["skipped"].append({"kind": kind, "graph": graph, "call": call, "reason": reason[:500]})
+        # whole lines, the first few: a reason cut mid-line may lose the part that helps
+        self.manifest["skipped"].append({"kind": kind, "graph": graph, "call": call,
+                                         "reason": "\n".join(str(reason).splitlines()[:3])})
         self._write_manifest()
 
     def set_timing(self, name: str, samples: list, per_kernel: Optional[dict] = None) -> None:

@@ -39,6 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
+from tdbg.minifier.diagnose.torch_probe import PROBE_ENV, torch_probe  # noqa: F401 - the probe's names
 from tdbg.minifier.runs.backends import CHAIN, OWN
 from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote_pool
 
@@ -95,9 +96,8 @@ TORCH_SUBSYSTEMS = {
         ("lowerings", "counted", None, "aten ops lowered to Inductor IR (off: run by aten as fallback kernels)"),
     ),
 }
-# the probe backend: resolved in the child as a module:function backend (see torch_probe)
-PROBE_BACKEND = "tdbg.minifier.diagnose.bisect:torch_probe"
-PROBE_ENV = "TDBG_TORCH_BISECT"
+# the probe backend: resolved in the child as a module:function backend (torch_probe.py)
+PROBE_BACKEND = "tdbg.minifier.diagnose.torch_probe:torch_probe"
 
 
 def chain_for(backend: str) -> tuple:
@@ -179,7 +179,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     result = {"backend": chosen, "own": own, "replaced": _replaced(reference, chosen) if not own else [],
               "chain": list(chain), "reference": None, "backends": [],
               "first_failing_backend": None, "graph": None, "subsystems": [], "culprits": [], "workaround": None,
-              "reproduce": None, "verdict": None}
+              "reproduce": None, "verdict": None, "source": None}
     result["reference"] = _short_run(reference)
     if _fails(reference):
         result["verdict"] = {"level": "script", "stage": reference.get("stage"),
@@ -218,6 +218,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
         _into_torch(prober, failing, result, jobs)
     else:
         result["verdict"] = _chain_verdict(backend, failing, chain)
+    result["source"] = _source(result, failing)
     return result
 
 
@@ -251,6 +252,13 @@ def _own_backend(reference: dict) -> dict:
     return result
 
 
+def _source(result: dict, failing: dict) -> Optional[str]:
+    """The user line of the verdict: the culprit op's own line (its FX node's), else the failing
+    run's (for an accuracy failure, the line of the graph output whose value differs)."""
+    found = next((c["source"] for c in result["culprits"] if c.get("source")), None)
+    return found or (failing.get("error") or {}).get("source")
+
+
 def _unreachable(chain: tuple, backend: str, failing: dict) -> dict:
     message = _first((failing.get("error") or {}).get("message"))
     later = chain[chain.index(backend) + 1:]
@@ -264,7 +272,8 @@ def _first(text) -> str:
 
 
 def _short_run(verdict: dict) -> dict:
-    return {"status": verdict["status"], "stage": verdict.get("stage"), "exit_code": verdict.get("exit_code"),
+    return {"status": verdict["status"], "stage": verdict.get("stage"),
+            "script_exit_code": verdict.get("script_exit_code"),
             "error": _short(verdict.get("error")),
             "graphs": len(verdict.get("graphs") or []), "duration_s": verdict.get("duration_s")}
 
@@ -294,7 +303,16 @@ def _chain_verdict(backend: str, failing: dict, chain: tuple = CHAIN) -> dict:
     where = f" while {prev} passes" if prev else ""
     return {"level": "backend", "stage": stage,
             "summary": f"backend {backend} fails ({stage}){where}: the bug is in that backend or what it calls; "
-                       "tdbg cannot look inside it (minify the failing graph with `tdbg minify --backend`)"}
+                       f"tdbg cannot look inside it ({_NEXT_STEP.get(stage, _NEXT_STEP[None])})"}
+
+
+# failure stage -> what to do next about a backend tdbg cannot look inside
+_NEXT_STEP = {
+    "script": "every checked call of its graphs matched eager (the first calls and each new input signature), "
+              "yet the script failed after them: a later call may differ, and a minifier checks no more calls "
+              "than that; check more calls with `tdbg run --check-accuracy --check-calls N`",
+    None: "minify the failing graph with `tdbg minify --backend`",
+}
 
 
 def _into_compiler(prober: _Prober, failing: dict, result: dict, jobs: int) -> None:
@@ -381,16 +399,27 @@ def _grow(fails: Callable, limit: int = 1 << 16) -> Optional[int]:
 
 
 def _describe_application(verdict: dict, key: str, index: int) -> dict:
-    """FX node, target, kernel and graph of application `index`, from report lines or the error."""
+    """FX node, target, kernel, graph and the node's own user line (`source`, from its stack
+    trace: never the line of the graph output where a wrong value shows) of application `index`,
+    from report lines or the error."""
     for line in verdict.get("report") or []:
         for entry in line.get(key) or []:
             if entry.get("index") == index:
-                nodes = entry.get("nodes") or [entry.get("fx_node")]
-                return {"fx_node": ", ".join(n for n in nodes if n), "target": entry.get("target"),
-                        "kernel": entry.get("kernel"), "graph": line.get("graph"), "graph_kind": line.get("kind")}
+                nodes = [n for n in entry.get("nodes") or [entry.get("fx_node")] if n]
+                traces = line.get("traces") or {}
+                return {"fx_node": ", ".join(nodes), "target": entry.get("target"),
+                        "kernel": entry.get("kernel"), "graph": line.get("graph"), "graph_kind": line.get("kind"),
+                        "source": next((s for s in (user_line(traces.get(n)) for n in nodes) if s), None)}
     err = verdict.get("error") or {}
     return {"fx_node": err.get("fx_node"), "target": None, "kernel": err.get("kernel"),
-            "graph": err.get("graph"), "graph_kind": None}
+            "graph": err.get("graph"), "graph_kind": None, "source": None}
+
+
+def user_line(trace: Optional[str]) -> Optional[str]:
+    """'file:line in fn: code' (file relative to the working folder, as runs print it) of the user
+    frame of an FX node's stack trace, or None."""
+    from tdbg.minifier.runs.runner import source_of
+    return source_of(trace) if trace else None
 
 
 def _confirm(prober: _Prober, culprit: dict) -> Optional[dict]:
@@ -512,7 +541,10 @@ def _bisect_torch_count(prober: _Prober, layer: str, subsystem: str, stage: str)
     applied = _readable(out.get("debug"))
     target = (out.get("nodes") or {}).get(applied)
     return {**base, "index": hi - 1, "count": hi, "passes_with": lo, "of": total, "applied": applied,
-            "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])}
+            # a kernel that did not compile is not among the compiled ones: the error names it
+            "target": target, "kernels": _kernels_of(target, out.get("kernels") or [])
+            or [k for k in [((probes[hi][0].get("error") or {}).get("kernel"))] if k],
+            "fx_node": applied if target else None, "source": user_line((out.get("traces") or {}).get(applied))}
 
 
 def _readable(debug: Optional[str]) -> Optional[str]:
@@ -566,78 +598,3 @@ def _torch_verdict(result: dict, stage: str) -> dict:
     if unprobed:
         parts.append("; " + "; ".join(unprobed))
     return {"level": "torch_" + backend[len("torch:"):], "stage": stage, "summary": "".join(parts)}
-
-
-# -- in the probe's child process ------------------------------------------------------------------
-_PROBE: dict = {}   # this child's probe: spec, bisector module, FX node targets; set up on the first graph
-
-
-def torch_probe(gm, example_inputs):
-    """A Dynamo backend for bisect's probes, run in the child: Dynamo's backend spec["backend"]
-    with torch's CompilerBisector driving one subsystem, set up on the first call from the JSON
-    spec in $TDBG_TORCH_BISECT. mode "disable": the subsystem off; "count": every application on
-    and counted; "upto": applications 0..spec["at"] on, the rest off, the bisector's debug info
-    of application `at` recorded. After each compile {"count", "debug", "nodes"} (node name ->
-    target of the graphs Inductor compiled) is written to spec["out"]."""
-    if not _PROBE:
-        _PROBE.update(_setup_probe(json.loads(os.environ[PROBE_ENV])))
-    spec = _PROBE["spec"]
-    try:
-        if spec["backend"] == "inductor":
-            from tdbg.minifier.runs.inductor_hooks import compile_fx
-            return compile_fx(gm, example_inputs, inner_compile=_recording_inner)
-        from tdbg.compiler.torch_compat import lookup_backend
-        return lookup_backend(spec["backend"])(gm, example_inputs)
-    finally:
-        _write_probe()
-
-
-def _setup_probe(spec: dict) -> dict:
-    from tdbg.minifier.runs.inductor_hooks import compiler_bisector, inductor_config
-    bisector = compiler_bisector.CompilerBisector
-    # Own state directory and explicit switches: the module may have been imported (and its
-    # environment lookups cached) before this child's environment was set. bisection_enabled
-    # also makes Inductor bypass its FX-graph and AOTAutograd caches, so every probe lowers
-    # afresh (a cached graph would skip the subsystem) while compiled kernels stay cached.
-    bisector.in_process_cache = tempfile.mkdtemp(prefix="state-", dir=os.path.dirname(spec["out"]))
-    bisector.bisection_enabled = True
-    compiler_bisector.get_env_val.cache_clear()
-    backend, name = spec["backend"], spec["subsystem"]
-    subsystem = bisector.get_subsystem_object(backend, name)
-    bisector.update_bisect_status(backend, name)
-    state = {"disable": "test_disable", "count": "find_max_bounds", "upto": "bisect"}[spec["mode"]]
-    bisector.update_run_state(backend, subsystem, state)
-    if state == "bisect":
-        bisector.update_bisect_range(backend, name, spec["at"], spec["at"])
-    if backend == "inductor":   # torch.compile's Inductor wrapper applies these; compile_fx does not
-        for key, value in (bisector.get_config_change("inductor") or {}).items():
-            setattr(inductor_config, key, value)
-    return {"spec": spec, "module": compiler_bisector, "nodes": {}, "kernels": []}
-
-
-def _recording_inner(gm, *args, **kwargs):
-    from tdbg.minifier.runs.inductor_hooks import compile_fx_inner
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            _PROBE["nodes"].setdefault(node.name, str(node.target))
-    compiled = None
-    try:
-        compiled = compile_fx_inner(gm, *args, **kwargs)
-        return compiled
-    finally:
-        source = getattr(compiled, "source_code", None) or ""
-        _PROBE["kernels"] += re.findall(r"^(\w+) = async_compile\.", source, re.M)
-        _write_probe()
-
-
-def _write_probe() -> None:
-    module, spec = _PROBE["module"], _PROBE["spec"]
-    at = spec.get("at")
-    debug = None if at is None else module.CompilerBisector.get_call_counter_debug_info(
-        spec["backend"], spec["subsystem"], at)
-    doc = {"count": module.subsystem_call_counter[spec["subsystem"]], "debug": debug, "nodes": _PROBE["nodes"],
-           "kernels": _PROBE["kernels"]}
-    tmp = spec["out"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, spec["out"])

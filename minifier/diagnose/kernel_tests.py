@@ -309,7 +309,7 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
 
 
 def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:300]
+    return (str(e).strip().splitlines() or [""])[0]   # whole: a cut line may lose the part that helps
 
 
 def _template() -> string.Template:

@@ -28,6 +28,7 @@ from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
+UNCHECKED_LINES = 3  # lines kept of why a call could not be checked
 _KERNEL_RANGE = re.compile(r"graph_\d+_(\w+)$")   # tdbg's profiler range around one kernel (wrapper.py)
 
 # Frames from these directories are framework frames, never "the user's line".
@@ -38,10 +39,20 @@ _FRAMEWORK_DIRS = tuple(os.path.realpath(d) + os.sep for d in (
 
 @functools.lru_cache(maxsize=4096)   # asked per frame on every call that builds an autograd graph
 def is_user_file(filename: str) -> bool:
-    """False for framework files and generated code (tdbg's output_code.py, <string> sources)."""
+    """False for framework files and generated code (tdbg's output_code.py, <string> sources,
+    the modules Inductor generates in its cache folder)."""
     real = os.path.realpath(filename)
     return not (real.startswith(_FRAMEWORK_DIRS) or "site-packages" in real or filename.startswith("<")
-                or os.path.basename(filename) == "output_code.py")
+                or os.path.basename(filename) == "output_code.py" or _in_inductor_cache(real))
+
+
+def _in_inductor_cache(real: str) -> bool:
+    """Inside Inductor's cache folder: $TORCHINDUCTOR_CACHE_DIR, else its default
+    <tmp>/torchinductor_<user> (any folder named torchinductor_*)."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if folder and real.startswith(os.path.realpath(folder) + os.sep):
+        return True
+    return any(part.startswith("torchinductor_") for part in real.split(os.sep)[:-1])
 
 
 def user_frames(frames) -> list:
@@ -280,7 +291,9 @@ class Session:
         if result.draws_random:
             info["draws_random"] = True
         if result.unchecked:
-            info.setdefault("unchecked", []).append({"call": call, "reason": result.unchecked[:300]})
+            # whole lines (a cut line may be the part that helps), the first few of a long error
+            reason = "\n".join(result.unchecked.splitlines()[:UNCHECKED_LINES])
+            info.setdefault("unchecked", []).append({"call": call, "reason": reason})
         for part, found in (("forward", result.forward), ("backward", result.backward)):
             if found:
                 error = AccuracyError(info["index"], call, part, found, places(snap, is_user_file),
@@ -389,6 +402,13 @@ def _torch_lacks_internal(exc: BaseException) -> bool:
     return any(isinstance(e, TorchCompatError) for e in exception_chain(exc))
 
 
+def foreign_stage(exc: BaseException) -> Optional[str]:
+    """The stage another compiler's own exception puts a failure at (Inductor's C++ compile
+    error: cpp_build, see inductor_hooks.STAGES), or None."""
+    from tdbg.minifier.runs import inductor_hooks
+    return inductor_hooks.stage_of(exception_chain(exc))
+
+
 def compile_stage(exc: BaseException, backend_kind: str) -> str:
     """The stage a backend compile failure belongs to."""
     if _torch_lacks_internal(exc):
@@ -396,6 +416,9 @@ def compile_stage(exc: BaseException, backend_kind: str) -> str:
     typed = typed_error(exc)
     if typed is not None:
         return typed.stage
+    foreign = foreign_stage(exc)
+    if foreign is not None:
+        return foreign
     if backend_kind not in ("aot_eager", "inductor"):
         return "backend"
     frames = traceback.extract_tb(exc.__traceback__)
@@ -410,7 +433,7 @@ def runtime_stage(exc: BaseException) -> str:
     if _torch_lacks_internal(exc):
         return "internal"
     typed = typed_error(exc)
-    return typed.stage if typed is not None else "backend"
+    return typed.stage if typed is not None else (foreign_stage(exc) or "backend")
 
 
 # -- tdbg run --save-io -------------------------------------------------------------------------

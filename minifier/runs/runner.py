@@ -8,8 +8,10 @@ located by the child's events file. Nothing is left behind: the spec, events and
 a temporary directory removed before `run_script` returns.
 
 Verdict (JSON-safe dict): status ("ok" | "failed"), stage (one of errors.STAGES, "backend",
-"script", "bad_input", "internal" or None), exit_code (the script's own code), compile_calls,
-graphs, recompiles, guards, error {type, message, source, fx_node, kernel, graph, frame,
+"script", "bad_input", "internal" or None), script_exit_code (the script process's own status:
+0, its sys.exit code, 1 when it raised, the negative signal of a killed child, None when it never
+ran; never tdbg's exit code, which console.verdict_exit_code derives), compile_calls, graphs,
+recompiles, guards, error {type, message, source, source_lines, fx_node, kernel, graph, frame,
 during, evidence, traceback}, debug_dir, duration_s, and stdout/stderr tails when captured.
 """
 from __future__ import annotations
@@ -278,7 +280,7 @@ def _dead_child_verdict(returncode: int, timed_out: bool, req: RunRequest, event
     if source:      # the graph's first user line (a crash has no traceback to read it from)
         path, _, rest = source.partition(":")
         source = f"{_rel(path)}:{rest}"
-    return {"status": "failed", "stage": stage, "exit_code": returncode, "compile_calls": None,
+    return {"status": "failed", "stage": stage, "script_exit_code": returncode, "compile_calls": None,
             "graphs": [], "recompiles": [], "guards": [],
             "error": {"type": stage, "message": message, "graph": graph, "frame": start.get("frame"),
                       "during": during, "call": status.get("call") if blame else None,
@@ -348,6 +350,7 @@ def _child(spec: dict) -> dict:
         return _bad_input(str(session.setup_error))
     verdict = _verdict(session, exc, exit_code, script, cfg)
     verdict["compile_backends"] = own_backend.summary(session.compile_records)
+    verdict["check_calls"] = spec.get("check_calls")   # --check-calls N (None: the default policy)
     if prepare.savers:
         for saver in prepare.savers.values():
             saver.finish()
@@ -373,8 +376,10 @@ class _Prepare:
         self.counter = itertools.count()   # saved graphs are numbered across every backend's saver
 
     def __call__(self, backend):
-        from tdbg.minifier.runs import instrument
+        from tdbg.minifier.runs import inductor_hooks, instrument
         fn = backend.compiler_fn
+        if backend.name in inductor_hooks.BACKENDS:   # a kernel g++ rejects can then name its ops
+            inductor_hooks.record_kernel_origins()
         if self.spec.get("save_io"):
             if self.writer is None:
                 from tdbg.minifier.artifacts.saved_io import Writer
@@ -419,19 +424,19 @@ def _repro_from_env(tdbg_config) -> Optional[dict]:
 
 
 def _bad_input(message: str) -> dict:
-    return {"status": "failed", "stage": "bad_input", "exit_code": None, "compile_calls": 0,
+    return {"status": "failed", "stage": "bad_input", "script_exit_code": None, "compile_calls": 0,
             "graphs": [], "recompiles": [], "guards": [],
             "error": {"type": "bad_input", "message": message, "evidence": {}, "traceback": ""}}
 
 
 def _verdict(session, exc, exit_code: int, script: str, cfg) -> dict:
-    verdict = {"status": "ok", "stage": None, "exit_code": exit_code, "compile_calls": session.compile_calls,
+    verdict = {"status": "ok", "stage": None, "script_exit_code": exit_code, "compile_calls": session.compile_calls,
                "graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards,
                "error": None, "debug_dir": _debug_dir(cfg), "skipped_frames": session.skipped_frames,
                "check_policy": session.policy.describe() if session.check_accuracy else None}
     if exc is not None:
         verdict["error"] = describe(exc, session, script)
-        verdict.update(status="failed", stage=verdict["error"]["stage"], exit_code=1)
+        verdict.update(status="failed", stage=verdict["error"]["stage"], script_exit_code=1)
         if verdict["stage"] == "script":
             sys.stderr.write(verdict["error"]["traceback"])
     elif exit_code != 0:
@@ -455,35 +460,43 @@ def describe(exc: BaseException, session, script: str) -> dict:
     output's node, the FX node of the graph), else the user's innermost frame."""
     import traceback
 
-    from tdbg.minifier.runs import instrument
+    from tdbg.minifier.runs import inductor_hooks, instrument
     chain = instrument.exception_chain(exc)
     tag = next((t for t in map(session.tag_of, chain) if t), None)
     if tag is None and _from_autograd(chain):
         tag = session.backward_tag(exc)
     typed = instrument.typed_error(exc)
+    # another compiler's own failure with evidence (Inductor's C++ compile error: kernel, FX nodes)
+    evidence = typed.evidence() if typed is not None else (inductor_hooks.cpp_compile_evidence(chain) or {})
     if tag:
         stage = tag["stage"]
-    elif typed is not None:
-        stage = typed.stage
+    elif typed is not None or evidence.get("stage"):
+        stage = typed.stage if typed is not None else evidence["stage"]
     else:
         stage = "dynamo" if _is_dynamo_error(chain) else "script"
-    evidence = typed.evidence() if typed is not None else {}
     root = typed or _innermost(chain)
     graph = tag["graph"] if tag else None
     info = session.graphs[graph] if graph is not None and graph < len(session.graphs) else {}
     fx = evidence.get("fx_node") or ", ".join(evidence.get("fx_nodes") or []) or None
     during = tag["during"] if tag else None
     site = tag.get("site") if tag else None    # a backward's failure: the forward's call site
-    source = (_evidence_source(evidence.get("node_source")) or _evidence_source(evidence.get("source"))
+    source = (source_of(evidence.get("node_source")) or source_of(evidence.get("source"))
               or (_node_source(session, graph, fx) if during != "backward" else None)
               or (_rel_source(site) if site else None) or _user_line(chain, script))
     return {"stage": stage, "type": type(root).__name__,
             "message": _first_lines(evidence.get("message") or f"{type(root).__name__}: {root}"),
-            "source": source, "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
+            "source": source, "source_lines": _trace_lines(evidence.pop("node_traces", None)),
+            "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
             "frame": info.get("frame"), "during": during, "call": tag.get("call") if tag else None,
             "part": evidence.get("part") or ("backward" if during == "backward" else ("forward" if tag else None)),
             "evidence": evidence,
             "traceback": "".join(traceback.format_exception(type(exc), exc, _script_tb(exc)))}
+
+
+def _trace_lines(traces) -> list:
+    """The distinct user lines of a kernel's FX nodes' stack traces, in the nodes' order."""
+    found = [source_of(t) for t in traces or []]
+    return list(dict.fromkeys(line for line in found if line))
 
 
 def _from_autograd(chain) -> bool:
@@ -493,7 +506,7 @@ def _from_autograd(chain) -> bool:
     return any(marker in f.filename for e in chain for f in traceback.extract_tb(e.__traceback__))
 
 
-def _evidence_source(text) -> Optional[str]:
+def source_of(text) -> Optional[str]:
     """An error's own source: one 'file:line ...' line, or the user frame of a node's stack trace
     ('File "f", line N, in fn' lines); None for anything else (e.g. a kernel's C++)."""
     from tdbg.minifier.diagnose.checks import trace_source
@@ -546,7 +559,9 @@ def _innermost(chain):
 
 
 def _first_lines(text: str) -> str:
-    lines = [ln[:300] for ln in str(text).strip().splitlines()]
+    """The first MAX_MESSAGE_LINES lines of `text`, each whole (a message is never cut mid-line:
+    the cut words may be the hint), and how many more there were."""
+    lines = str(text).strip().splitlines()
     more = len(lines) - MAX_MESSAGE_LINES
     return "\n".join(lines[:MAX_MESSAGE_LINES] + ([f"... ({more} more lines)"] if more > 0 else []))
 
@@ -586,7 +601,7 @@ def child_main(spec_path: str) -> int:
         verdict = _child(spec)
     except BaseException as e:  # noqa: B902 - a bug in tdbg: still hand the parent a verdict
         import traceback
-        verdict = {"status": "failed", "stage": "internal", "exit_code": None, "compile_calls": None,
+        verdict = {"status": "failed", "stage": "internal", "script_exit_code": None, "compile_calls": None,
                    "graphs": [], "recompiles": [], "guards": [],
                    "error": {"type": type(e).__name__, "message": _first_lines(str(e)), "evidence": {},
                              "traceback": "".join(traceback.format_exception(e))}}

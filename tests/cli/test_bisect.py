@@ -9,7 +9,7 @@ def test_dynamo_failure_stops_at_eager(scenarios):
     r = scenarios["bisect_dynamo"]
     assert r.code == exit_code("dynamo"), r.output
     doc = r.json
-    assert (doc["schema"], doc["version"]) == ("tdbg.bisect", 1)
+    assert (doc["schema"], doc["version"]) == ("tdbg.bisect", 2)
     assert doc["first_failing_backend"] == "eager"
     assert [b["backend"] for b in doc["backends"]] == ["eager"]
     assert doc["verdict"]["level"] == "dynamo" and doc["subsystems"] == [] and doc["culprits"] == []

@@ -251,13 +251,17 @@ def test_probe_backend_drives_torchs_bisector_in_a_real_child(tmp_path):
     out = tmp_path / "probe.json"
     spec = {"backend": "inductor", "subsystem": "lowerings", "mode": "upto", "at": 0, "out": str(out)}
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TORCH_BISECT_")}
-    proc = subprocess.run([sys.executable, "-c", PROBE_CHILD], env=dict(env, **{B.PROBE_ENV: json.dumps(spec)}),
+    child = tmp_path / "probe_child.py"     # a file: its nodes get stack traces (a `-c` string gets none)
+    child.write_text(PROBE_CHILD)
+    proc = subprocess.run([sys.executable, str(child)], env=dict(env, **{B.PROBE_ENV: json.dumps(spec)}),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert (doc["count"], doc["debug"]) == (2, "neg")
     assert doc["kernels"] == ["cpp_fused_neg_0"]     # amin ran by aten: no kernel of its own
     assert {doc["nodes"]["neg"], doc["nodes"]["amin"]} == {"aten.neg.default", "aten.amin.default"}
+    # the stack trace bisect reads the culprit's own user line from
+    assert f'File "{child}", line 5, in f' in doc["traces"]["neg"]
 
 
 def test_decomposition_debug_info_reads_as_the_op():

@@ -27,7 +27,7 @@ def test_failure_stage_exit_code_and_json(scenarios, name):
     assert f"(stage {stage}, exit code {exit_code(code_name)})" in r.stdout
     assert phrase in r.stdout
     doc = r.json
-    assert (doc["schema"], doc["version"], doc["exit_code"]) == ("tdbg.run", 1, exit_code(code_name))
+    assert (doc["schema"], doc["version"], doc["exit_code"]) == ("tdbg.run", 2, exit_code(code_name))
     assert doc["verdict"]["status"] == "failed" and doc["verdict"]["stage"] == stage
     if fx_node:
         assert doc["verdict"]["error"]["fx_node"] == fx_node
@@ -41,7 +41,7 @@ def test_compiler_failures_name_graph_and_next_commands(scenarios, name):
     assert (err["graph"], err["frame"]) == (0, name.split("_")[1])
     script = "examples/foo1.py" if "foo1" in name else "examples/foo2.py"
     level = {"run_foo2_accuracy": "4", "run_foo2_crash": "3"}.get(name, "2")
-    # the runs name tdbg's compiler, so the commands they suggest do too (every command defaults to the script's own)
+    # the backend is always named: suggestions never depend on a command's default backend
     assert r.json["next_commands"] == [f"tdbg bisect {script} --backend inductor",
                                        f"tdbg minify {script} --after aot --level {level} --backend inductor"]
     assert f"tdbg bisect {script} --backend inductor" in r.stdout

@@ -355,6 +355,19 @@ def _check_cpu_vec_isa(mod):
     assert callable(mod.valid_vec_isa_list)
 
 
+def _check_inductor_exc(mod):
+    # inductor_hooks.cpp_compile_evidence reads the command and the compiler's output
+    e = mod.CppCompileError(["g++", "k.cpp"], "k.cpp:1:1: error: x")
+    assert (e.cmd, e.output) == (["g++", "k.cpp"], "k.cpp:1:1: error: x") and isinstance(e, Exception)
+
+
+def _check_cpp_codegen(mod):
+    # called once per kernel with (node_schedule, kernel_name): record_kernel_origins wraps it
+    hook = getattr(mod, inductor_hooks._KERNEL_HOOK)
+    assert list(params(hook))[:2] == ["node_schedule", "kernel_name"] or getattr(hook, "tdbg_recording", False)
+    assert inductor_hooks._KERNEL_HOOK in inspect.getsource(mod.CppScheduling.codegen_comment)
+
+
 CHECKS = {
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
     "InstructionTranslator": _check_instruction_translator, "compile_context": _check_compile_context_manager,
@@ -379,7 +392,7 @@ CHECKS = {
     # inductor_hooks
     "compile_fx": _check_compile_fx, "compile_fx_inner": _check_compile_fx_inner,
     "inductor_config": _check_inductor_config, "compiler_bisector": _check_compiler_bisector,
-    "cpu_vec_isa": _check_cpu_vec_isa,
+    "cpu_vec_isa": _check_cpu_vec_isa, "inductor_exc": _check_inductor_exc, "cpp_codegen": _check_cpp_codegen,
 }
 NEEDS_DYNAMO_RUN = {"CompileContext", "TracingContext", "InstructionTranslator", "compile_context"}
 ENTRY_IDS = [(t, n) for t, table in TABLES.items() for n in table.entries]

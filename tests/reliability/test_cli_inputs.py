@@ -31,8 +31,8 @@ def test_one_code_per_cause_in_the_table():
 @pytest.mark.parametrize("verdict, code", [
     ({"status": "ok", "compile_calls": 2}, 0),
     ({"status": "ok", "compile_calls": 0}, 3),              # never called torch.compile: bad input
-    ({"status": "failed", "stage": "script", "exit_code": 7}, 7),
-    ({"status": "failed", "stage": "script", "exit_code": None}, 1),
+    ({"status": "failed", "stage": "script", "script_exit_code": 7}, 7),
+    ({"status": "failed", "stage": "script", "script_exit_code": None}, 1),
     ({"status": "failed", "stage": "accuracy"}, 16),
     ({"status": "failed", "stage": "bad_input"}, 3),
     ({"status": "failed", "stage": "ok"}, 70),            # a failed verdict never exits 0

@@ -45,7 +45,9 @@ def _bisect_verdict(doc: dict) -> dict:
         nexts.append(((env + " ") if env else "") + " ".join(_quote(a) for a in repro.get("argv") or []))
     if doc.get("minify_command"):
         nexts.append(doc["minify_command"])
-    return {"ok": verdict.get("level") == "none", "stage": verdict.get("stage"), "source": err.get("source"),
+    # the culprit op's own line when bisect found one (doc["source"]), as the terminal shows it
+    return {"ok": verdict.get("level") == "none", "stage": verdict.get("stage"),
+            "source": doc.get("source") or culprit.get("source") or err.get("source"),
             "graph": culprit.get("graph") or _graph_words(err), "fx_node": culprit.get("fx_node") or err.get("fx_node"),
             "kernel": culprit.get("kernel") or err.get("kernel"), "message": err.get("message"), "next": nexts,
             "summary": verdict.get("summary")}
@@ -190,7 +192,8 @@ def bisect_section(ctx: dict):
     for c in doc.get("culprits") or []:
         parts.append("<h3>Culprit</h3>" + fields([(k.replace("_", " "), c.get(k)) for k in
                                                    ("kind", "index", "knob", "count", "passes_with", "fx_node",
-                                                    "target", "kernel", "graph", "subsystem", "applied", "note")]))
+                                                    "target", "kernel", "graph", "source", "subsystem", "applied",
+                                                    "note")]))
     if (doc.get("workaround") or {}).get("passes"):
         env = " ".join(f"{k}={v}" for k, v in doc["workaround"]["env"].items())
         parts.append(f"<h3>Workaround</h3><pre>{h(env)}</pre><p class=\"note\">the program passes with this</p>")
