@@ -113,6 +113,18 @@ def _check_lookup_backend(fn):
     assert callable(fn("eager")) and callable(fn("inductor"))
 
 
+def _check_torch_compile_wrapper(cls):
+    # own_backend builds a script's torch.compile(backend=..., mode=/options=) as torch.compile does
+    seen = []
+    wrapper = cls(lambda gm, inputs, **kw: seen.append(kw) or gm, "default", {"x": 1}, None)
+    assert wrapper("gm", []) == "gm" and seen == [{"options": {"x": 1}}]
+
+
+def _check_torch_compile_inductor_wrapper(cls):
+    wrapper = cls("reduce-overhead", None, None)
+    assert callable(wrapper) and wrapper.config.get("triton.cudagraphs") is True
+
+
 def _check_list_backends(fn):
     assert {"inductor", "aot_eager", "eager"} <= set(fn(exclude_tags=()))
 
@@ -364,7 +376,8 @@ def _check_inductor_exc(mod):
 def _check_cpp_codegen(mod):
     # called once per kernel with (node_schedule, kernel_name): record_kernel_origins wraps it
     hook = getattr(mod, inductor_hooks._KERNEL_HOOK)
-    assert list(params(hook))[:2] == ["node_schedule", "kernel_name"] or getattr(hook, "tdbg_recording", False)
+    first = list(inspect.signature(hook).parameters)[:2]    # in order (params() is a set)
+    assert first == ["node_schedule", "kernel_name"] or getattr(hook, "tdbg_recording", False)
     assert inductor_hooks._KERNEL_HOOK in inspect.getsource(mod.CppScheduling.codegen_comment)
 
 
@@ -374,7 +387,7 @@ CHECKS = {
     "compile_lock": _check_compile_lock, "dynamo_disable": _check_dynamo_disable,
     "dynamo_counters": _check_counters, "flatten_graph_inputs": _check_flatten_graph_inputs,
     "dynamo": _check_dynamo, "dynamo_config": _check_dynamo_config, "lookup_backend": _check_lookup_backend,
-    "list_backends": _check_list_backends, "BackendCompilerFailed": _check_backend_compiler_failed,
+    "list_backends": _check_list_backends, "TorchCompileWrapper": _check_torch_compile_wrapper, "BackendCompilerFailed": _check_backend_compiler_failed,
     "TorchDynamoException": _check_dynamo_exception, "SkipFrame": _check_skip_frame,
     "AotAutograd": _check_aot_autograd_class, "aot_autograd": _check_aot_autograd, "set_logs": _check_set_logs,
     "trace_structured": _check_trace_structured, "trace_log": _check_trace_log, "dynamo_timed": _check_dynamo_timed,
@@ -391,6 +404,7 @@ CHECKS = {
     "is_functorch_wrapped_tensor": _check_is_functorch_wrapped_tensor,
     # inductor_hooks
     "compile_fx": _check_compile_fx, "compile_fx_inner": _check_compile_fx_inner,
+    "TorchCompileInductorWrapper": _check_torch_compile_inductor_wrapper,
     "inductor_config": _check_inductor_config, "compiler_bisector": _check_compiler_bisector,
     "cpu_vec_isa": _check_cpu_vec_isa, "inductor_exc": _check_inductor_exc, "cpp_codegen": _check_cpp_codegen,
 }
