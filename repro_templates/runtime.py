@@ -30,6 +30,8 @@ import sys
 import time
 
 import torch
+import torch.fx
+from torch.overrides import TorchFunctionMode
 
 FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "crash", "hang", "out_of_memory")
 # exit codes (tdbg's table, `tdbg --help`): a stage's own code, else the outcome kind's
@@ -93,6 +95,46 @@ def fresh(inputs):
         else:
             out.append(x)
     return out
+
+
+# ---------------------------------------------------------------- the graph
+
+# Calls that build plain values (not graph computation): run them while tracing.
+VALUE_CALLS = (torch.device, torch.Size)
+
+
+class RecordCalls(TorchFunctionMode):
+    """While tracing, turn every torch call into a graph node, even without proxy arguments."""
+
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in VALUE_CALLS or getattr(func, "__name__", "") in ("__get__", "__set__"):
+            return func(*args, **kwargs)
+        return self.tracer.create_proxy("call_function", func, args, kwargs)
+
+
+class CallTracer(torch.fx.Tracer):
+    """The one tracer of graph sources, for the minifier's queries (graph_io.trace_module) and
+    repro.py alike. Plain `symbolic_trace` would run an input-free `iota`/`full`/`torch.tensor`
+    at trace time and hand the backend one precomputed constant instead: a different graph
+    (Inductor's int64 overflow of PyTorch #175966 then no longer reproduces)."""
+
+    def trace(self, root, concrete_args=None):
+        with RecordCalls(self):
+            return super().trace(root, concrete_args)
+
+
+def trace_repro(module):
+    """`module` (a repro's `Repro()`) as the GraphModule the minifier ran."""
+    graph = CallTracer().trace(module)
+    for node in graph.nodes:
+        node.type = None
+    graph.lint()
+    return torch.fx.GraphModule(module, graph)
 
 
 # ---------------------------------------------------------------- backends
@@ -515,7 +557,7 @@ def _child(namespace, out_path):
             "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
-        gm = torch.fx.symbolic_trace(namespace["Repro"]())
+        gm = trace_repro(namespace["Repro"]())
         result = evaluate(gm, inputs, spec, folder, _Accuracy(namespace))
     except CannotRun as e:
         result = outcome("cannot_run", exc_type="CannotRun", message=str(e))

@@ -23,11 +23,12 @@ from typing import Any, Optional
 
 import torch
 import torch.fx as fx
-from torch.overrides import TorchFunctionMode
+
+# The tracer lives in runtime.py, which repro.py carries verbatim: repro.py must rebuild exactly
+# the graph the minifier's queries ran (plain symbolic_trace folds factory calls into constants).
+from tdbg.repro_templates.runtime import CallTracer as _Tracer, RecordCalls as _RecordCalls  # noqa: F401
 
 INPUTS_DIR = "inputs"
-# Calls that build plain values (not graph computation): run them while tracing.
-_VALUE_CALLS = (torch.device, torch.Size)
 
 
 @dataclass(frozen=True)
@@ -249,27 +250,8 @@ def module_source(graph: fx.Graph) -> str:
     return f"class Repro(torch.nn.Module):\n{body}\n"
 
 
-class _RecordCalls(TorchFunctionMode):
-    """While tracing, turn every torch call into a graph node, even without proxy arguments."""
-
-    def __init__(self, tracer: fx.Tracer):
-        super().__init__()
-        self.tracer = tracer
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _VALUE_CALLS or getattr(func, "__name__", "") in ("__get__", "__set__"):
-            return func(*args, **kwargs)
-        return self.tracer.create_proxy("call_function", func, args, kwargs)
-
-
-class _Tracer(fx.Tracer):
-    def trace(self, root, concrete_args=None):
-        with _RecordCalls(self):
-            return super().trace(root, concrete_args)
-
-
 def trace_module(module: torch.nn.Module) -> fx.GraphModule:
+    # the tracer repro.py uses too (runtime.py): a query and the written repro see one graph
     graph = _Tracer().trace(module)
     for node in graph.nodes:
         node.type = None
