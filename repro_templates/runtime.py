@@ -128,6 +128,15 @@ class CallTracer(torch.fx.Tracer):
             return super().trace(root, concrete_args)
 
 
+def snapshot(gm):
+    """A copy of `gm`'s graph (new nodes, same submodules and constants): what eager runs,
+    whatever a backend later does to `gm` (many edit the GraphModule they are given in place:
+    `node.target = my_op; gm.recompile()`; an eager reference on that edit agrees with it)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
 def trace_repro(module):
     """`module` (a repro's `Repro()`) as the GraphModule the minifier ran."""
     graph = CallTracer().trace(module)
@@ -324,13 +333,14 @@ def evaluate(gm, inputs, spec, folder, accuracy):
 
 
 def _evaluate(gm, inputs, spec, folder, accuracy):
+    gm, compiled_gm = snapshot(gm), gm   # eager (and its float64 twin) never run a backend's edit
     try:
         expected = gm(*fresh(inputs))
     except Exception as e:
         return exception_outcome("invalid", e)
     with _config_scope(spec):
         try:
-            compiled = compile_graph(gm, inputs, spec, folder)
+            compiled = compile_graph(compiled_gm, inputs, spec, folder)
         except CannotRun as e:
             return outcome("cannot_run", exc_type="CannotRun", message=str(e))
         except Exception as e:

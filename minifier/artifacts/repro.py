@@ -10,15 +10,20 @@ torch.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import os
 import platform
 import pprint
 import shutil
+import signal
 import string
 import subprocess
-from dataclasses import dataclass, field
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Optional
 
@@ -166,6 +171,57 @@ def check_out_dir(path: str) -> None:
                               "choose another with --out or remove it first")
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(f"output path {path} exists and is not a directory")
+
+
+# ---------------------------------------------------------------- running it as a user does
+
+@dataclass
+class UserRun:
+    """What `python repro.py` did when run as a user runs it (`run_as_user`)."""
+    code: Optional[int]        # exit code; None when it did not finish within the timeout
+    lines: list                # its first output lines (stdout, then stderr)
+    seconds: float
+    cwd: str                   # the folder it ran from (removed afterwards)
+    timeout: float
+
+    def describe(self) -> str:
+        if self.code is None:
+            return f"did not finish within {self.timeout:g} s"
+        return f"exited with code {self.code}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+FIRST_LINES = 8
+
+
+def run_as_user(path: str, timeout: float) -> UserRun:
+    """Run `python path` the way its reader will: a fresh interpreter (this one's executable and
+    environment), from a new empty folder elsewhere, so nothing of the minifier's process (warm
+    imports, Inductor's state, the working directory, sys.path) can stand in for what the file
+    itself carries. Never raises for the file's own failures; they are in the result."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tdbg-repro-check-") as cwd:
+        # its own process group: on a timeout the repro and the child it forks are killed together
+        proc = subprocess.Popen([sys.executable, os.path.abspath(path)], cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            code = None
+        except BaseException:   # Ctrl-C: its own session never saw it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        text = (stdout or "") + (stderr or "")
+    lines = [line for line in text.splitlines() if line.strip()][:FIRST_LINES]
+    return UserRun(code, lines, time.perf_counter() - start, cwd, timeout)
 
 
 # ---------------------------------------------------------------- loading
