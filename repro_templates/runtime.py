@@ -137,6 +137,15 @@ def snapshot(gm):
     return torch.fx.GraphModule(gm, graph)
 
 
+def repro_module(namespace, folder):
+    """The file's `Repro()` with its CONSTANTS (rows like INPUTS) set as tensor attributes."""
+    module = namespace["Repro"]()
+    rows = namespace.get("CONSTANTS", [])
+    for row, value in zip(rows, load_inputs(rows, folder)):
+        setattr(module, row[0], value)
+    return module
+
+
 def trace_repro(module):
     """`module` (a repro's `Repro()`) as the GraphModule the minifier ran."""
     graph = CallTracer().trace(module)
@@ -567,7 +576,7 @@ def _child(namespace, out_path):
             "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
-        gm = trace_repro(namespace["Repro"]())
+        gm = trace_repro(repro_module(namespace, folder))
         result = evaluate(gm, inputs, spec, folder, _Accuracy(namespace))
     except CannotRun as e:
         result = outcome("cannot_run", exc_type="CannotRun", message=str(e))

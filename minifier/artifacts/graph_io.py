@@ -139,13 +139,17 @@ class Case:
     """A graph and its inputs (placeholders in order). `key` identifies it for verdict caching."""
     gm: fx.GraphModule
     inputs: tuple
+    # the graph's tensor constants (its get_attr nodes, each a flat attribute of `gm` named by
+    # InputSpec.name; the values are in the TensorStore): inline, as the failing graph had them
+    constants: tuple = ()
     _key: Optional[str] = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
         if self._key is None:
-            text = forward_source(self.gm.graph) + "\n" + "\n".join(
-                f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs)
+            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs]
+            rows += [f"constant {s.name}|{s.sha}|{s.shape}|{s.stride}|{s.dtype}" for s in self.constants]
+            text = forward_source(self.gm.graph) + "\n" + "\n".join(rows)
             self._key = hashlib.sha256(text.encode()).hexdigest()
         return self._key
 
@@ -160,16 +164,33 @@ class Case:
     def compute_nodes(self) -> list:
         return [n for n in self.gm.graph.nodes if n.op not in ("placeholder", "output")]
 
+    def derive(self, graph: fx.Graph, inputs: tuple) -> "Case":
+        """A Case of an edited copy of this graph: its constants are the ones `graph` still reads."""
+        used = {n.target for n in graph.nodes if n.op == "get_attr"}
+        return Case(make_gm(graph, self.gm), tuple(inputs), tuple(c for c in self.constants if c.name in used))
 
-def make_gm(graph: fx.Graph) -> fx.GraphModule:
+
+def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.GraphModule:
+    """A GraphModule of `graph`; its get_attr targets are taken from `root`."""
     graph.lint()
-    return fx.GraphModule(torch.nn.Module(), graph)
+    return fx.GraphModule(root if root is not None else torch.nn.Module(), graph)
+
+
+def with_constants(module: torch.nn.Module, constants, store: TensorStore) -> torch.nn.Module:
+    """`module` with each constant (InputSpec) set as a plain tensor attribute, in its recorded
+    dtype, shape and strides, so tracing `module` reads it back as the same get_attr node."""
+    for spec in constants:
+        setattr(module, spec.name, store.value(spec))
+    return module
 
 
 def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) -> Case:
-    """Normalize a captured graph into a Case: get_attr tensors become inputs, outputs a tuple."""
+    """Normalize a captured graph into a Case: placeholders become inputs (in order), outputs a
+    tuple. A get_attr of a tensor stays a get_attr (a constant: backends treat it unlike an input,
+    e.g. Inductor may fold it into its code), renamed to a flat attribute; its value keeps its
+    dtype, shape and strides."""
     graph = fx.Graph()
-    env, specs = {}, []
+    env, specs, constants = {}, [], []
     values = list(example_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(values):
@@ -177,12 +198,21 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
     for node, value in zip(placeholders, values):
         env[node] = graph.placeholder(node.name)
         specs.append(store.spec(node.name, value))
+    root = torch.nn.Module()
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
+        if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), torch.Tensor):
+            # not a tensor (e.g. a submodule): no constant a repro file can hold; an input as before
             env[node] = graph.placeholder(node.name)
             specs.append(store.spec(node.name, _fetch_attr(gm, node.target)))
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op == "placeholder" or node in env:
+            continue
+        if node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+            spec = store.spec(node.name, value)
+            constants.append(spec)
+            setattr(root, node.name, store.value(spec))
+            env[node] = graph.get_attr(node.name)
             continue
         if node.op == "call_module":
             raise ValueError(f"graph calls submodule {node.target!r}; tdbg's minifier needs "
@@ -194,7 +224,7 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
         env[node].meta = {}
-    return Case(make_gm(graph), tuple(specs))
+    return Case(make_gm(graph, root), tuple(specs), tuple(constants))
 
 
 def _fetch_attr(gm, target: str):
@@ -255,14 +285,16 @@ def trace_module(module: torch.nn.Module) -> fx.GraphModule:
     graph = _Tracer().trace(module)
     for node in graph.nodes:
         node.type = None
-    return make_gm(graph)
+    return make_gm(graph, module)   # the module's tensor constants stay its get_attr targets
 
 
-def trace_source(source: str, filename: str = "<tdbg graph>") -> fx.GraphModule:
-    """Exec a module_source text (with its imports) and trace `Repro` back into a GraphModule."""
+def trace_source(source: str, filename: str = "<tdbg graph>", constants=(),
+                 store: Optional[TensorStore] = None) -> fx.GraphModule:
+    """Exec a module_source text (with its imports) and trace `Repro` back into a GraphModule;
+    `constants` (InputSpecs of Case.constants, values in `store`) are set on it first."""
     namespace: dict = {"__name__": "tdbg_graph"}
     exec(compile(source, filename, "exec"), namespace)
-    return trace_module(namespace["Repro"]())
+    return trace_module(with_constants(namespace["Repro"](), constants, store))
 
 
 def case_source(case: Case) -> str:

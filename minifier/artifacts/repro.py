@@ -69,6 +69,7 @@ def render(name: str, dump: Dump) -> str:
         "check": _literal({k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}),
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
+        "constants": _inputs_literal(dump.case.constants),
     }
     return template(name).substitute(fields)
 
@@ -129,7 +130,7 @@ def cxx_version(spec: dict) -> str:
 def write(out_dir: str, dump: Dump, files=(REPRO, LAUNCHER)) -> list:
     """Write the chosen files and the inputs into out_dir (created if needed); their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    dump.store.save(dump.case.inputs, out_dir)
+    dump.store.save(dump.case.inputs + dump.case.constants, out_dir)
     copy_backend_files(dump.spec.get("backend"), out_dir)
     paths = []
     for name in files:
@@ -259,13 +260,11 @@ def load(path: str) -> Dump:
 
 
 def from_namespace(path: str, ns: dict) -> Dump:
-    from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, trace_module
+    from tdbg.minifier.artifacts.graph_io import Case, TensorStore, trace_module, with_constants
     store = TensorStore()
-    specs = tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
-                            requires_grad, value)
-                  for name, sha, shape, stride, dtype, requires_grad, value in ns["INPUTS"])
-    store.load(specs, os.path.dirname(os.path.abspath(path)))
-    gm = trace_module(ns["Repro"]())
+    specs, constants = _specs(ns["INPUTS"]), _specs(ns.get("CONSTANTS", []))
+    store.load(specs + constants, os.path.dirname(os.path.abspath(path)))
+    gm = trace_module(with_constants(ns["Repro"](), constants, store))
     check = ns.get("CHECK", {})
     backend = ns.get("BACKEND")
     if backend and backend.get("kind") == "import":   # imported from the dump's own folder
@@ -273,4 +272,11 @@ def from_namespace(path: str, ns: dict) -> Dump:
     spec = {"after": ns["AFTER"], "backend": backend, "config": ns.get("CONFIG", {}), **check}
     if ns.get("AOT"):
         spec["aot"] = ns["AOT"]
-    return Dump(Case(gm, specs), store, spec, ns.get("EXPECTED"), path=path)
+    return Dump(Case(gm, specs, constants), store, spec, ns.get("EXPECTED"), path=path)
+
+
+def _specs(rows) -> tuple:
+    from tdbg.minifier.artifacts.graph_io import InputSpec
+    return tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
+                           requires_grad, value)
+                 for name, sha, shape, stride, dtype, requires_grad, value in rows)

@@ -33,7 +33,8 @@ class Oracle:
 
     def outcome(self, case: Case, purpose: str) -> Outcome:
         self.queries += 1
-        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec)
+        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec,
+                                  case.constants)
         if self._log:
             row = {"query": self.queries, "purpose": purpose, "key": case.key[:16],
                    "nodes": case.num_nodes, "inputs": case.num_inputs, "outcome": outcome.kind,
