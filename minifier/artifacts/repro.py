@@ -195,6 +195,65 @@ class UserRun:
 
 
 FIRST_LINES = 8
+# What a fresh interpreter runs to stand for `python repro.py`: it imports torch (the first
+# thing every repro.py does, and most of its start-up) while the minifier is still working, then
+# waits for the file's path and runs it as __main__ with the argv and sys.path[0] that `python
+# PATH` gives. Nothing of tdbg is imported beforehand: the file itself must bring what it needs.
+_FRESH_MAIN = """
+import os, runpy, sys
+import torch
+path = sys.stdin.readline().strip()
+if not path:
+    sys.exit(0)
+sys.argv = [path]
+sys.path[0] = os.path.dirname(path)
+runpy.run_path(path, run_name="__main__")
+"""
+
+
+class FreshInterpreter:
+    """A new Python process (this one's executable and environment, cwd a new empty folder
+    elsewhere) that will run one file as a user runs it: `run(path)`. Started ahead of time so
+    its torch import overlaps the minification; `close()` ends it if it was never used."""
+
+    def __init__(self):
+        self.cwd = tempfile.mkdtemp(prefix="tdbg-repro-check-")
+        # its own process group: on a timeout the repro and the child it forks are killed together
+        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN], cwd=self.cwd, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def run(self, path: str, timeout: float) -> UserRun:
+        """`python path` in this interpreter; a cold one when this one died before its turn."""
+        start = time.perf_counter()
+        if self.proc.poll() is not None:   # e.g. killed: not the file's doing, so never its verdict
+            self.close()
+            return run_as_user(path, timeout)
+        try:
+            stdout, stderr = self.proc.communicate(os.path.abspath(path) + "\n", timeout=timeout)
+            code = self.proc.returncode
+        except subprocess.TimeoutExpired:
+            self._kill()
+            stdout, stderr = self.proc.communicate()
+            code = None
+        except BaseException:   # Ctrl-C: its own session never saw it
+            self.close()
+            raise
+        lines = [line for line in ((stdout or "") + (stderr or "")).splitlines() if line.strip()][:FIRST_LINES]
+        run = UserRun(code, lines, time.perf_counter() - start, self.cwd, timeout)
+        self.close()
+        return run
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self._kill()
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.communicate(timeout=10)
+        shutil.rmtree(self.cwd, ignore_errors=True)
 
 
 def run_as_user(path: str, timeout: float) -> UserRun:
@@ -204,7 +263,6 @@ def run_as_user(path: str, timeout: float) -> UserRun:
     itself carries. Never raises for the file's own failures; they are in the result."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tdbg-repro-check-") as cwd:
-        # its own process group: on a timeout the repro and the child it forks are killed together
         proc = subprocess.Popen([sys.executable, os.path.abspath(path)], cwd=cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from tdbg.minifier.reduce import engine
 from tdbg.minifier.artifacts.graph_io import Case, case_source
 from tdbg.minifier.reduce.oracle import Outcome, Signature
-from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, UserRun, run_as_user, write
+from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, FreshInterpreter, UserRun, write
 from tdbg.minifier.reduce.workers import Pool
 
 LOG_NAME = "minify.jsonl"
@@ -136,6 +136,14 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout) -
     if not oracle.signature.matches(second):
         return Report("flaky", first, second, oracle.signature)
     oracle.failing[dump.case.key] = second
+    fresh = FreshInterpreter()   # for the check of repro.py below; imports torch meanwhile
+    try:
+        return _shrink(dump, oracle, out_dir, emit, max_queries, passes, timeout, first, second, fresh)
+    finally:
+        fresh.close()
+
+
+def _shrink(dump, oracle, out_dir, emit, max_queries, passes, timeout, first, second, fresh) -> Report:
     result = engine.minify(dump.case, oracle.test, dump.store, on_event=emit,
                            max_queries=max_queries, passes=passes)
     # The minimized graph's own failing query: running it once more in a warm worker would prove
@@ -151,7 +159,7 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout) -
         files += write(out_dir, original, files=(LAUNCHER,))
     emit({"event": "check", "text": "Running the written repro.py in a fresh process from another folder"})
     expected = repro_exit_code(final, oracle.signature)
-    run = run_as_user(files[0], _repro_timeout(timeout))
+    run = fresh.run(files[0], _repro_timeout(timeout))
     status = "minified" if run.code == expected else "repro_failed"
     return Report(status, first, second, oracle.signature, result, files, final,
                   repro_run=run, repro_expected=expected)
