@@ -184,11 +184,13 @@ def with_constants(module: torch.nn.Module, constants, store: TensorStore) -> to
     return module
 
 
-def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) -> Case:
+def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore, *,
+                      inline_constants: bool = True) -> Case:
     """Normalize a captured graph into a Case: placeholders become inputs (in order), outputs a
     tuple. A get_attr of a tensor stays a get_attr (a constant: backends treat it unlike an input,
     e.g. Inductor may fold it into its code), renamed to a flat attribute; its value keeps its
-    dtype, shape and strides."""
+    dtype, shape and strides. `inline_constants=False`: every get_attr becomes an input after the
+    graph's own (the --save-io folder's format, whose graph.py holds no constants)."""
     graph = fx.Graph()
     env, specs, constants = {}, [], []
     values = list(example_inputs)
@@ -200,8 +202,8 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
         specs.append(store.spec(node.name, value))
     root = torch.nn.Module()
     for node in gm.graph.nodes:
-        if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), torch.Tensor):
-            # not a tensor (e.g. a submodule): no constant a repro file can hold; an input as before
+        if node.op == "get_attr" and not (inline_constants and _holds_tensor(gm, node)):
+            # a submodule (no constant a repro file can hold), or the save-io format
             env[node] = graph.placeholder(node.name)
             specs.append(store.spec(node.name, _fetch_attr(gm, node.target)))
     for node in gm.graph.nodes:
@@ -225,6 +227,10 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
         env[node] = graph.node_copy(node, lambda n: env[n])
         env[node].meta = {}
     return Case(make_gm(graph, root), tuple(specs), tuple(constants))
+
+
+def _holds_tensor(gm, node) -> bool:
+    return isinstance(_fetch_attr(gm, node.target), torch.Tensor)
 
 
 def _fetch_attr(gm, target: str):
