@@ -303,6 +303,8 @@ def _render(report, out_dir: str) -> None:
     from tdbg.minifier.artifacts.graph_io import forward_source
     c.print("\n" + escape(forward_source(r.minimized.gm.graph)))
     c.print(f"Wrote {escape(out_dir)}/: repro.py, minifier_launcher.py, inputs/, minify.jsonl")
+    c.print(f"Checked: repro.py reproduces it in a fresh process from another folder "
+            f"(exit {report.repro_run.code}, {report.repro_run.seconds:.1f} s)")
     c.print(f"Next: python {escape(os.path.join(out_dir, 'repro.py'))}")
 
 

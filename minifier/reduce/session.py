@@ -2,7 +2,9 @@
 
 `minify_dump(dump, out_dir, ...)` is what `tdbg minify` calls. Every query (also the two
 initial runs) is logged as one JSON line in `<out_dir>/minify.jsonl`. Events go to `on_event`;
-nothing is printed here.
+nothing is printed here. Success is claimed only after the written repro.py, run as its reader
+runs it (a fresh interpreter, from another folder), gives the reproduced failure's exit code;
+otherwise the status is `repro_failed`, with what the file did (`Report.repro_run`).
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ class Report:
     signature: Optional[Signature] = None
     result: Optional[engine.Result] = None
     files: list = field(default_factory=list)
-    final: Optional[Outcome] = None  # the minimized graph, run once more
+    final: Optional[Outcome] = None  # the minimized graph's failing outcome (its own query)
     seconds: float = 0.0
     workers_replaced: int = 0
     repro_run: Optional[UserRun] = None     # `python repro.py` from another folder, fresh process

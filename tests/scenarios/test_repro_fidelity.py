@@ -102,6 +102,7 @@ def test_in_place_editing_backend_is_minified_against_an_untouched_eager_graph(r
     assert (doc["status"], doc["minimized"]["nodes"], doc["minimized"]["inputs"]) == ("minified", 3, 1)
     assert "relu = torch.relu(l_x_)" in doc["minimized"]["code"]
     assert doc["repro_check"]["code"] == 16
+    assert "Checked: repro.py reproduces it in a fresh process from another folder (exit 16, " in r.stdout
     run = run_repro(str(folders / "in_place"), tmp_path)
     assert run.returncode == 16, run.stdout + run.stderr
     assert run.stdout.splitlines()[:2] == [
