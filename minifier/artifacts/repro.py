@@ -196,12 +196,16 @@ class UserRun:
 
 FIRST_LINES = 8
 # What a fresh interpreter runs to stand for `python repro.py`: it imports torch (the first
-# thing every repro.py does, and most of its start-up) while the minifier is still working, then
-# waits for the file's path and runs it as __main__ with the argv and sys.path[0] that `python
-# PATH` gives. Nothing of tdbg is imported beforehand: the file itself must bring what it needs.
+# thing every repro.py does, and most of its start-up) and the modules the file's backend will
+# import (argv), while the minifier is still working, then waits for the file's path and runs it
+# as __main__ with the argv and sys.path[0] that `python PATH` gives. Nothing of tdbg's minifier
+# is imported beforehand: the file itself must bring what it needs.
 _FRESH_MAIN = """
-import os, runpy, sys
+import contextlib, importlib, os, runpy, sys
 import torch
+for name in sys.argv[1:]:
+    with contextlib.suppress(Exception):   # the file imports it again, and reports a failure itself
+        importlib.import_module(name)
 path = sys.stdin.readline().strip()
 if not path:
     sys.exit(0)
@@ -214,14 +218,15 @@ runpy.run_path(path, run_name="__main__")
 class FreshInterpreter:
     """A new Python process (this one's executable and environment, cwd a new empty folder
     elsewhere) that will run one file as a user runs it: `run(path)`. Started ahead of time so
-    its torch import overlaps the minification; `close()` ends it if it was never used."""
+    its imports (torch, and the `warm` modules the file will import anyway: `warm_modules`)
+    overlap the minification; `close()` ends it if it was never used."""
 
-    def __init__(self):
+    def __init__(self, warm=()):
         self.cwd = tempfile.mkdtemp(prefix="tdbg-repro-check-")
         # its own process group: on a timeout the repro and the child it forks are killed together
-        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN], cwd=self.cwd, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN, *warm], cwd=self.cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
 
     def run(self, path: str, timeout: float) -> UserRun:
         """`python path` in this interpreter; a cold one when this one died before its turn."""
@@ -254,6 +259,15 @@ class FreshInterpreter:
         with contextlib.suppress(OSError, ValueError):
             self.proc.communicate(timeout=10)
         shutil.rmtree(self.cwd, ignore_errors=True)
+
+
+def warm_modules(spec: dict) -> tuple:
+    """Modules a repro of `spec` imports while it compiles (its backend's), for FreshInterpreter."""
+    from tdbg.repro_templates.runtime import aot_of, uses_tdbg
+    backend = (spec.get("backend") or {}).get("name", "")
+    inductor = backend == "torch:inductor" or (spec.get("after") == "aot" and aot_of(spec)["family"] == "torch:inductor")
+    return (("torch._dynamo",) + (("torch._inductor.compile_fx",) if inductor else ())
+            + (("tdbg.compiler",) if uses_tdbg(spec) else ()))
 
 
 def run_as_user(path: str, timeout: float) -> UserRun:

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from tdbg.minifier.reduce import engine
 from tdbg.minifier.artifacts.graph_io import Case, case_source
 from tdbg.minifier.reduce.oracle import Outcome, Signature
-from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, FreshInterpreter, UserRun, write
+from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, FreshInterpreter, UserRun, warm_modules, write
 from tdbg.minifier.reduce.workers import Pool
 
 LOG_NAME = "minify.jsonl"
@@ -138,7 +138,7 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout) -
     if not oracle.signature.matches(second):
         return Report("flaky", first, second, oracle.signature)
     oracle.failing[dump.case.key] = second
-    fresh = FreshInterpreter()   # for the check of repro.py below; imports torch meanwhile
+    fresh = FreshInterpreter(warm_modules(dump.spec))   # for the check of repro.py below; imports meanwhile
     try:
         return _shrink(dump, oracle, out_dir, emit, max_queries, passes, timeout, first, second, fresh)
     finally:
