@@ -264,10 +264,13 @@ class FreshInterpreter:
 def warm_modules(spec: dict) -> tuple:
     """Modules a repro of `spec` imports while it compiles (its backend's), for FreshInterpreter."""
     from tdbg.repro_templates.runtime import aot_of, uses_tdbg
-    backend = (spec.get("backend") or {}).get("name", "")
-    inductor = backend == "torch:inductor" or (spec.get("after") == "aot" and aot_of(spec)["family"] == "torch:inductor")
-    return (("torch._dynamo",) + (("torch._inductor.compile_fx",) if inductor else ())
-            + (("tdbg.compiler",) if uses_tdbg(spec) else ()))
+    name = (spec.get("backend") or {}).get("name", "")
+    after_aot = spec.get("after", "aot") == "aot"
+    inductor = name == "torch:inductor" or (after_aot and aot_of(spec)["family"] == "torch:inductor")
+    # Dynamo (seconds to import) only where the repro uses it: torch:* names, fake tensors after aot
+    dynamo = after_aot or name.startswith("torch:")
+    return (("torch._dynamo",) * dynamo + ("torch._inductor.compile_fx",) * inductor
+            + ("tdbg.compiler",) * uses_tdbg(spec))
 
 
 def run_as_user(path: str, timeout: float) -> UserRun:

@@ -110,9 +110,12 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
     own = pool is None
     pool = pool or Pool(timeout=timeout)
     oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
+    # for the check of the written repro.py: started now, so its imports overlap every query
+    fresh = FreshInterpreter(warm_modules(dump.spec))
     try:
-        report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout)
+        report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout, fresh)
     finally:
+        fresh.close()
         oracle.close()
         if own:
             pool.close()
@@ -121,7 +124,7 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
     return report
 
 
-def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout) -> Report:
+def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout, fresh) -> Report:
     emit({"event": "check", "text": "Running the original graph to fix the failure signature"})
     first = oracle.outcome(dump.case, "signature")
     if first.kind == "cannot_run":   # e.g. the backend's module does not import: never minify that
@@ -138,14 +141,6 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout) -
     if not oracle.signature.matches(second):
         return Report("flaky", first, second, oracle.signature)
     oracle.failing[dump.case.key] = second
-    fresh = FreshInterpreter(warm_modules(dump.spec))   # for the check of repro.py below; imports meanwhile
-    try:
-        return _shrink(dump, oracle, out_dir, emit, max_queries, passes, timeout, first, second, fresh)
-    finally:
-        fresh.close()
-
-
-def _shrink(dump, oracle, out_dir, emit, max_queries, passes, timeout, first, second, fresh) -> Report:
     result = engine.minify(dump.case, oracle.test, dump.store, on_event=emit,
                            max_queries=max_queries, passes=passes)
     # The minimized graph's own failing query: running it once more in a warm worker would prove
