@@ -205,7 +205,8 @@ def test_tensor_constants_stay_inline_with_their_strides_in_queries_and_repro_py
         ("placeholder", "x"), ("get_attr", "scale"), ("output", "output")]
     assert [s.name for s in case.inputs] == ["x"]
     [constant] = case.constants
-    assert (constant.name, constant.shape, constant.stride, constant.dtype) == ("scale", (3, 2), (1, 3), "torch.float32")
+    assert (constant.name, constant.shape, constant.stride, constant.dtype) == (
+        "scale", (3, 2), (1, 3), "torch.float32")
     queried = trace_source(case_source(case), constants=case.constants, store=store)   # what a worker runs
     assert queried.scale.stride() == (1, 3) and torch.equal(queried.scale, _WithBuffer().scale)
     folder = _dump(tmp_path, fx.symbolic_trace(_WithBuffer()), [torch.ones(3, 2)], "wrong_on_constants")
