@@ -15,7 +15,12 @@ from tdbg.cli.console import err, exit_code, exit_codes_help, out, verdict_exit_
 JSON_SCHEMA, JSON_VERSION = "tdbg.minify", 1
 # session status -> exit code name
 STATUS_CODES = {"minified": "ok", "flaky": "not_reproduced", "no_failure": "not_reproduced",
-                "different": "not_reproduced", "cannot_run": "bad_input"}
+                "different": "not_reproduced", "cannot_run": "bad_input",
+                # Every query reproduced the failure, but the repro.py tdbg wrote does not (run as a
+                # user runs it): the failure is real, tdbg's file is wrong, so it is tdbg's bug
+                # (internal, 70). Not 21: "not reproduced" would tell the user there is no bug to
+                # chase; not 0: a success would hand over a file that lies.
+                "repro_failed": "internal"}
 # event kinds shown as plain lines (FAIL lines stay in minify.jsonl: there are many)
 PLAIN_EVENTS = ("check", "signature", "started", "granularity", "strategy", "success", "done")
 
@@ -311,6 +316,9 @@ def _render(report, out_dir: str) -> None:
         c.print(f"  first run:  {escape(report.first.summary())}")
         c.print(f"  second run: {escape(report.second.summary())}")
         return
+    if report.status == "repro_failed":
+        _render_repro_failed(report, out_dir)
+        return
     r = report.result
     c.print(f"[bold]Minified[/] {r.original.num_nodes} -> {r.minimized.num_nodes} nodes, "
             f"{r.original.num_inputs} -> {r.minimized.num_inputs} inputs in {report.seconds:.1f} s "
@@ -319,4 +327,21 @@ def _render(report, out_dir: str) -> None:
     from tdbg.minifier.artifacts.graph_io import forward_source
     c.print("\n" + escape(forward_source(r.minimized.gm.graph)))
     c.print(f"Wrote {escape(out_dir)}/: repro.py, minifier_launcher.py, inputs/, minify.jsonl")
+    c.print(f"Checked: repro.py reproduces it in a fresh process from another folder "
+            f"(exit {report.repro_run.code}, {report.repro_run.seconds:.1f} s)")
     c.print(f"Next: python {escape(os.path.join(out_dir, 'repro.py'))}")
+
+
+def _render_repro_failed(report, out_dir: str) -> None:
+    """Minified, but the written repro.py does not reproduce from another folder: say what it did."""
+    from rich.markup import escape
+    r, run = report.result, report.repro_run
+    repro = os.path.join(out_dir, "repro.py")
+    err().print(f"[bold red]error:[/] minified {r.original.num_nodes} -> {r.minimized.num_nodes} nodes "
+                f"({escape(report.final.summary())} in every query), but the written repro.py does not "
+                f"reproduce it: `python repro.py` in a fresh process from another folder {escape(run.describe())} "
+                f"(expected {report.repro_expected}: the failure reproduced). This is a bug in tdbg's repro files; "
+                f"the graph and both files are kept in {escape(out_dir)}/ for a bug report.")
+    for line in run.lines:
+        err().print(f"  | {escape(line)}")
+    err().print(f"  Run it yourself: python {escape(repro)}")

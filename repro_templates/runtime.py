@@ -33,6 +33,7 @@ import sys
 import time
 
 import torch
+import torch.fx
 
 FAILURE_KINDS = ("compile_error", "runtime_error", "accuracy", "crash", "hang", "out_of_memory")
 # exit codes (tdbg's table, `tdbg --help`): a stage's own code, else the outcome kind's
@@ -306,6 +307,23 @@ class _GraphReader:
             return call(operator.getitem, (val(expr.value), val(expr.slice)))
         self.fail(stmt, "not a call, attribute, operator or name, the forms FX writes")
 
+def snapshot(gm):
+    """A copy of `gm`'s graph (new nodes, same submodules and constants): what eager runs,
+    whatever a backend later does to `gm` (many edit the GraphModule they are given in place:
+    `node.target = my_op; gm.recompile()`; an eager reference on that edit agrees with it)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def repro_module(namespace, folder):
+    """The file's `Repro()` with its CONSTANTS (rows like INPUTS) set as tensor attributes."""
+    module = namespace["Repro"]()
+    rows = namespace.get("CONSTANTS", [])
+    for row, value in zip(rows, load_inputs(rows, folder)):
+        setattr(module, row[0], value)
+    return module
+
 
 # ---------------------------------------------------------------- backends
 
@@ -494,13 +512,14 @@ def evaluate(gm, inputs, spec, folder, accuracy):
 
 
 def _evaluate(gm, inputs, spec, folder, accuracy):
+    gm, compiled_gm = snapshot(gm), gm   # eager (and its float64 twin) never run a backend's edit
     try:
         expected = gm(*fresh(inputs))
     except Exception as e:
         return exception_outcome("invalid", e)
     with _config_scope(spec):
         try:
-            compiled = compile_graph(gm, inputs, spec, folder)
+            compiled = compile_graph(compiled_gm, inputs, spec, folder)
         except CannotRun as e:
             return outcome("cannot_run", exc_type="CannotRun", message=str(e))
         except Exception as e:
@@ -727,7 +746,7 @@ def _child(namespace, out_path):
             "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
-        gm = trace_repro(namespace["Repro"]())
+        gm = trace_repro(repro_module(namespace, folder))
         result = evaluate(gm, inputs, spec, folder, _Accuracy(namespace))
     except CannotRun as e:
         result = outcome("cannot_run", exc_type="CannotRun", message=str(e))

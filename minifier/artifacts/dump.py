@@ -160,11 +160,9 @@ def _attach(e: BaseException, name: str, value) -> None:
 
 
 def _snapshot(gm):
-    """A copy of the graph as given (compilers may rewrite theirs)."""
-    import torch.fx as fx
-    graph = fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    return fx.GraphModule(gm, graph)
+    """A copy of the graph as given (compilers may rewrite theirs): checks.snapshot."""
+    from tdbg.minifier.diagnose.checks import snapshot
+    return snapshot(gm)
 
 
 def _match_real(fakes, reals) -> list:

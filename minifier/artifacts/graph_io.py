@@ -143,13 +143,17 @@ class Case:
     """A graph and its inputs (placeholders in order). `key` identifies it for verdict caching."""
     gm: fx.GraphModule
     inputs: tuple
+    # the graph's tensor constants (its get_attr nodes, each a flat attribute of `gm` named by
+    # InputSpec.name; the values are in the TensorStore): inline, as the failing graph had them
+    constants: tuple = ()
     _key: Optional[str] = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
         if self._key is None:
-            text = module_source(self.gm.graph) + "\n" + "\n".join(
-                f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs)
+            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs]
+            rows += [f"constant {s.name}|{s.sha}|{s.shape}|{s.stride}|{s.dtype}" for s in self.constants]
+            text = module_source(self.gm.graph) + "\n" + "\n".join(rows)
             self._key = hashlib.sha256(text.encode()).hexdigest()
         return self._key
 
@@ -164,6 +168,11 @@ class Case:
     def compute_nodes(self) -> list:
         return [n for n in self.gm.graph.nodes if n.op not in ("placeholder", "output")]
 
+    def derive(self, graph: fx.Graph, inputs: tuple) -> "Case":
+        """A Case of an edited copy of this graph: its constants are the ones `graph` still reads."""
+        used = {n.target for n in graph.nodes if n.op == "get_attr"}
+        return Case(make_gm(graph, self.gm), tuple(inputs), tuple(c for c in self.constants if c.name in used))
+
 
 def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.GraphModule:
     """A GraphModule of `graph`; `root` supplies what its get_attr nodes read (a higher-order
@@ -172,13 +181,23 @@ def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.Graph
     return fx.GraphModule(root if root is not None else torch.nn.Module(), graph)
 
 
-def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) -> Case:
-    """Normalize a captured graph into a Case: get_attr tensors become inputs, outputs a tuple.
-    A get_attr of a GraphModule (a higher-order op's body: torch.cond's branches, a checkpointed
-    region) stays one, its body normalized the same way (`_body`)."""
+def with_constants(module: torch.nn.Module, constants, store: TensorStore) -> torch.nn.Module:
+    """`module` with each constant (InputSpec) set as a plain tensor attribute, in its recorded
+    dtype, shape and strides, so tracing `module` reads it back as the same get_attr node."""
+    for spec in constants:
+        setattr(module, spec.name, store.value(spec))
+    return module
+
+
+def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore, *,
+                      inline_constants: bool = True) -> Case:
+    """Normalize a captured graph into a Case: placeholders become inputs (in order), outputs a
+    tuple. A get_attr of a tensor stays a get_attr (a constant: backends treat it unlike an input,
+    e.g. Inductor may fold it into its code), renamed to a flat attribute; its value keeps its
+    dtype, shape and strides. `inline_constants=False`: every get_attr becomes an input after the
+    graph's own (the --save-io folder's format, whose graph.py holds no constants)."""
     graph = fx.Graph()
-    env, specs = {}, []
-    root = torch.nn.Module()
+    env, specs, constants = {}, [], []
     values = list(example_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(values):
@@ -186,15 +205,25 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
     for node, value in zip(placeholders, values):
         env[node] = graph.placeholder(node.name)
         specs.append(store.spec(node.name, value))
+    root = torch.nn.Module()
     for node in gm.graph.nodes:
-        if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), fx.GraphModule):
+        if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), fx.GraphModule) and not (
+                inline_constants and _holds_tensor(gm, node)):
+            # the save-io format, or a non-tensor attribute (no constant a repro file can hold)
             env[node] = graph.placeholder(node.name)
             specs.append(store.spec(node.name, _fetch_attr(gm, node.target)))
     for node in gm.graph.nodes:
         if node.op == "placeholder" or node in env:
             continue
-        if node.op == "get_attr":
-            setattr(root, _attribute(node.target), _body(_fetch_attr(gm, node.target)))
+        if node.op == "get_attr" and isinstance(_fetch_attr(gm, node.target), fx.GraphModule):
+            setattr(root, _attribute(node.target), _body(_fetch_attr(gm, node.target)))   # a HOP body
+        elif node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+            spec = store.spec(node.name, value)
+            constants.append(spec)
+            setattr(root, node.name, store.value(spec))
+            env[node] = graph.get_attr(node.name)
+            continue
         if node.op == "call_module":
             raise ValueError(f"graph calls submodule {node.target!r}; tdbg's minifier needs "
                              "functional graphs (Dynamo inlines nn.Modules by default)")
@@ -205,7 +234,7 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore) ->
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
         env[node].meta, env[node].type = {}, None
-    return Case(make_gm(graph, root), tuple(specs))
+    return Case(make_gm(graph, root), tuple(specs), tuple(constants))
 
 
 def _body(gm: fx.GraphModule) -> fx.GraphModule:
@@ -230,6 +259,10 @@ def _attribute(target: str) -> str:
     if not target.isidentifier():
         raise ValueError(f"graph reads attribute {target!r}; tdbg carries only top-level attributes")
     return target
+
+
+def _holds_tensor(gm, node) -> bool:
+    return isinstance(_fetch_attr(gm, node.target), torch.Tensor)
 
 
 def _fetch_attr(gm, target: str):
@@ -322,17 +355,18 @@ def trace_module(module: torch.nn.Module) -> fx.GraphModule:
 _SOURCE_IDS = itertools.count()
 
 
-def trace_source(source: str, filename: str = "") -> fx.GraphModule:
+def trace_source(source: str, filename: str = "", constants=(), store: Optional[TensorStore] = None) -> fx.GraphModule:
     """The graph of a module_source text (with its imports): exec'd for its globals and classes,
     then read statement by statement (runtime.trace_repro). The text is registered with
     linecache under `filename` (a fresh `<tdbg graph N>` by default), so the reader and any
-    traceback through the graph's forward show its lines."""
+    traceback through the graph's forward show its lines. `constants` (InputSpecs of
+    Case.constants, values in `store`) are set on `Repro()` first."""
     filename = filename or f"<tdbg graph {os.getpid()}-{next(_SOURCE_IDS)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
         namespace: dict = {"__name__": "tdbg_graph"}
         exec(compile(source, filename, "exec"), namespace)
-        return trace_module(namespace["Repro"]())
+        return trace_module(with_constants(namespace["Repro"](), constants, store))
     finally:
         linecache.cache.pop(filename, None)
 

@@ -10,15 +10,20 @@ torch.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import os
 import platform
 import pprint
 import shutil
+import signal
 import string
 import subprocess
-from dataclasses import dataclass, field
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Optional
 
@@ -64,6 +69,7 @@ def render(name: str, dump: Dump) -> str:
         "check": _literal({k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}),
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
+        "constants": _inputs_literal(dump.case.constants),
     }
     return template(name).substitute(fields)
 
@@ -124,7 +130,7 @@ def cxx_version(spec: dict) -> str:
 def write(out_dir: str, dump: Dump, files=(REPRO, LAUNCHER)) -> list:
     """Write the chosen files and the inputs into out_dir (created if needed); their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    dump.store.save(dump.case.inputs, out_dir)
+    dump.store.save(dump.case.inputs + dump.case.constants, out_dir)
     copy_backend_files(dump.spec.get("backend"), out_dir)
     paths = []
     for name in files:
@@ -168,6 +174,132 @@ def check_out_dir(path: str) -> None:
         raise FileExistsError(f"output path {path} exists and is not a directory")
 
 
+# ---------------------------------------------------------------- running it as a user does
+
+@dataclass
+class UserRun:
+    """What `python repro.py` did when run as a user runs it (`run_as_user`)."""
+    code: Optional[int]        # exit code; None when it did not finish within the timeout
+    lines: list                # its first output lines (stdout, then stderr)
+    seconds: float
+    cwd: str                   # the folder it ran from (removed afterwards)
+    timeout: float
+
+    def describe(self) -> str:
+        if self.code is None:
+            return f"did not finish within {self.timeout:g} s"
+        return f"exited with code {self.code}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+FIRST_LINES = 8
+# What a fresh interpreter runs to stand for `python repro.py`: it imports torch (the first
+# thing every repro.py does, and most of its start-up) and the modules the file's backend will
+# import (argv), while the minifier is still working, then waits for the file's path and runs it
+# as __main__ with the argv and sys.path[0] that `python PATH` gives. Nothing of tdbg's minifier
+# is imported beforehand: the file itself must bring what it needs.
+_FRESH_MAIN = """
+import contextlib, importlib, os, runpy, sys
+import torch
+for name in sys.argv[1:]:
+    with contextlib.suppress(Exception):   # the file imports it again, and reports a failure itself
+        importlib.import_module(name)
+path = sys.stdin.readline().strip()
+if not path:
+    sys.exit(0)
+sys.argv = [path]
+sys.path[0] = os.path.dirname(path)
+runpy.run_path(path, run_name="__main__")
+"""
+
+
+class FreshInterpreter:
+    """A new Python process (this one's executable and environment, cwd a new empty folder
+    elsewhere) that will run one file as a user runs it: `run(path)`. Started ahead of time so
+    its imports (torch, and the `warm` modules the file will import anyway: `warm_modules`)
+    overlap the minification; `close()` ends it if it was never used."""
+
+    def __init__(self, warm=()):
+        self.cwd = tempfile.mkdtemp(prefix="tdbg-repro-check-")
+        # its own process group: on a timeout the repro and the child it forks are killed together
+        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN, *warm], cwd=self.cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+
+    def run(self, path: str, timeout: float) -> UserRun:
+        """`python path` in this interpreter; a cold one when this one died before its turn."""
+        start = time.perf_counter()
+        if self.proc.poll() is not None:   # e.g. killed: not the file's doing, so never its verdict
+            self.close()
+            return run_as_user(path, timeout)
+        try:
+            stdout, stderr = self.proc.communicate(os.path.abspath(path) + "\n", timeout=timeout)
+            code = self.proc.returncode
+        except subprocess.TimeoutExpired:
+            self._kill()
+            stdout, stderr = self.proc.communicate()
+            code = None
+        except BaseException:   # Ctrl-C: its own session never saw it
+            self.close()
+            raise
+        lines = [line for line in ((stdout or "") + (stderr or "")).splitlines() if line.strip()][:FIRST_LINES]
+        run = UserRun(code, lines, time.perf_counter() - start, self.cwd, timeout)
+        self.close()
+        return run
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self._kill()
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.communicate(timeout=10)
+        shutil.rmtree(self.cwd, ignore_errors=True)
+
+
+def warm_modules(spec: dict) -> tuple:
+    """Modules a repro of `spec` imports while it compiles (its backend's), for FreshInterpreter."""
+    from tdbg.repro_templates.runtime import aot_of, uses_tdbg
+    name = (spec.get("backend") or {}).get("name", "")
+    after_aot = spec.get("after", "aot") == "aot"
+    inductor = name == "torch:inductor" or (after_aot and aot_of(spec)["family"] == "torch:inductor")
+    # Dynamo (seconds to import) only where the repro uses it: torch:* names, fake tensors after aot
+    dynamo = after_aot or name.startswith("torch:")
+    return (("torch._dynamo",) * dynamo + ("torch._inductor.compile_fx",) * inductor
+            + ("tdbg.compiler",) * uses_tdbg(spec))
+
+
+def run_as_user(path: str, timeout: float) -> UserRun:
+    """Run `python path` the way its reader will: a fresh interpreter (this one's executable and
+    environment), from a new empty folder elsewhere, so nothing of the minifier's process (warm
+    imports, Inductor's state, the working directory, sys.path) can stand in for what the file
+    itself carries. Never raises for the file's own failures; they are in the result."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tdbg-repro-check-") as cwd:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(path)], cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            code = None
+        except BaseException:   # Ctrl-C: its own session never saw it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        text = (stdout or "") + (stderr or "")
+    lines = [line for line in text.splitlines() if line.strip()][:FIRST_LINES]
+    return UserRun(code, lines, time.perf_counter() - start, cwd, timeout)
+
+
 # ---------------------------------------------------------------- loading
 
 def find_file(path: str) -> str:
@@ -203,13 +335,11 @@ def load(path: str) -> Dump:
 
 
 def from_namespace(path: str, ns: dict) -> Dump:
-    from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, trace_module
+    from tdbg.minifier.artifacts.graph_io import Case, TensorStore, trace_module, with_constants
     store = TensorStore()
-    specs = tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
-                            requires_grad, value)
-                  for name, sha, shape, stride, dtype, requires_grad, value in ns["INPUTS"])
-    store.load(specs, os.path.dirname(os.path.abspath(path)))
-    gm = trace_module(ns["Repro"]())
+    specs, constants = _specs(ns["INPUTS"]), _specs(ns.get("CONSTANTS", []))
+    store.load(specs + constants, os.path.dirname(os.path.abspath(path)))
+    gm = trace_module(with_constants(ns["Repro"](), constants, store))
     check = ns.get("CHECK", {})
     backend = ns.get("BACKEND")
     if backend and backend.get("kind") == "import":   # imported from the dump's own folder
@@ -217,4 +347,11 @@ def from_namespace(path: str, ns: dict) -> Dump:
     spec = {"after": ns["AFTER"], "backend": backend, "config": ns.get("CONFIG", {}), **check}
     if ns.get("AOT"):
         spec["aot"] = ns["AOT"]
-    return Dump(Case(gm, specs), store, spec, ns.get("EXPECTED"), path=path)
+    return Dump(Case(gm, specs, constants), store, spec, ns.get("EXPECTED"), path=path)
+
+
+def _specs(rows) -> tuple:
+    from tdbg.minifier.artifacts.graph_io import InputSpec
+    return tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
+                           requires_grad, value)
+                 for name, sha, shape, stride, dtype, requires_grad, value in rows)

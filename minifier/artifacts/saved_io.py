@@ -288,7 +288,7 @@ class Writer:
         from tdbg.minifier.diagnose.accuracy import TOLERANCES
         name = f"g{graph}_{kind}_c{call}"
         folder = os.path.join(self.directory, name)
-        case = from_graph_module(gm, inputs, TensorStore())
+        case = from_graph_module(gm, inputs, TensorStore(), inline_constants=False)
         source = case_source(case)
         values = list(inputs) + [_fetch(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
         os.makedirs(folder, exist_ok=True)

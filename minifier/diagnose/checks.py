@@ -103,11 +103,10 @@ def signature(args) -> tuple:
 # -- the untouched copy -------------------------------------------------------------------------
 def snapshot(gm):
     """A copy of `gm`'s graph (new nodes, same submodules and constants): what the reference
-    runs, whatever the backend later does to `gm`."""
-    import torch.fx as fx
-    graph = fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    return fx.GraphModule(gm, graph)
+    runs, whatever the backend later does to `gm`. One implementation, runtime.py's, which
+    repro.py and every minifier query also use."""
+    from tdbg.repro_templates.runtime import snapshot as untouched_copy
+    return untouched_copy(gm)
 
 
 RANDOM_NOTE = ("This graph draws random numbers (its eager run advanced torch's generator). Eager and the "

@@ -2,7 +2,9 @@
 
 `minify_dump(dump, out_dir, ...)` is what `tdbg minify` calls. Every query (also the two
 initial runs) is logged as one JSON line in `<out_dir>/minify.jsonl`. Events go to `on_event`;
-nothing is printed here.
+nothing is printed here. Success is claimed only after the written repro.py, run as its reader
+runs it (a fresh interpreter, from another folder), gives the reproduced failure's exit code;
+otherwise the status is `repro_failed`, with what the file did (`Report.repro_run`).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Callable, Optional
 from tdbg.minifier.reduce import engine
 from tdbg.minifier.artifacts.graph_io import Case, case_source
 from tdbg.minifier.reduce.oracle import Outcome, Signature
-from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, write
+from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, FreshInterpreter, UserRun, warm_modules, write
 from tdbg.minifier.reduce.workers import Pool
 
 LOG_NAME = "minify.jsonl"
@@ -28,11 +30,13 @@ class Oracle:
         self.dump, self.pool = dump, pool
         self.signature: Optional[Signature] = None
         self.queries = 0
+        self.failing: dict = {}   # Case.key -> Outcome of each candidate that failed the same way
         self._log = open(log_path, "a") if log_path else None
 
     def outcome(self, case: Case, purpose: str) -> Outcome:
         self.queries += 1
-        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec)
+        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec,
+                                  case.constants)
         if self._log:
             row = {"query": self.queries, "purpose": purpose, "key": case.key[:16],
                    "nodes": case.num_nodes, "inputs": case.num_inputs, "outcome": outcome.kind,
@@ -43,7 +47,11 @@ class Oracle:
         return outcome
 
     def test(self, case: Case) -> bool:
-        return self.signature.matches(self.outcome(case, "candidate"))
+        outcome = self.outcome(case, "candidate")
+        if self.signature.matches(outcome):
+            self.failing[case.key] = outcome
+            return True
+        return False
 
     def close(self) -> None:
         if self._log:
@@ -52,15 +60,19 @@ class Oracle:
 
 @dataclass
 class Report:
-    status: str                      # minified | flaky | no_failure | different (not the dump's failure) | cannot_run
+    # minified | flaky | no_failure | different (not the dump's failure) | cannot_run |
+    # repro_failed (the written repro.py, run as a user runs it, did not reproduce: `repro_run`)
+    status: str
     first: Outcome
     second: Optional[Outcome] = None
     signature: Optional[Signature] = None
     result: Optional[engine.Result] = None
     files: list = field(default_factory=list)
-    final: Optional[Outcome] = None  # the minimized graph, run once more
+    final: Optional[Outcome] = None  # the minimized graph's failing outcome (its own query)
     seconds: float = 0.0
     workers_replaced: int = 0
+    repro_run: Optional[UserRun] = None     # `python repro.py` from another folder, fresh process
+    repro_expected: Optional[int] = None    # the exit code it must give: the reproduced failure's
 
     def to_dict(self) -> dict:
         d = {"status": self.status, "seconds": round(self.seconds, 3),
@@ -78,6 +90,9 @@ class Report:
                           "seconds": round(r.stats.seconds, 3), "per_pass": r.stats.per_pass}
         if self.final:
             d["final"] = self.final.to_dict()
+        if self.repro_run:
+            d["repro_check"] = dict(self.repro_run.to_dict(), expected_code=self.repro_expected,
+                                    reproduced=self.status != "repro_failed")
         return d
 
 
@@ -95,9 +110,12 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
     own = pool is None
     pool = pool or Pool(timeout=timeout)
     oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
+    # for the check of the written repro.py: started now, so its imports overlap every query
+    fresh = FreshInterpreter(warm_modules(dump.spec))
     try:
-        report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes)
+        report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout, fresh)
     finally:
+        fresh.close()
         oracle.close()
         if own:
             pool.close()
@@ -106,7 +124,7 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
     return report
 
 
-def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
+def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout, fresh) -> Report:
     emit({"event": "check", "text": "Running the original graph to fix the failure signature"})
     first = oracle.outcome(dump.case, "signature")
     if first.kind == "cannot_run":   # e.g. the backend's module does not import: never minify that
@@ -122,9 +140,12 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
     second = oracle.outcome(dump.case, "reproduce")
     if not oracle.signature.matches(second):
         return Report("flaky", first, second, oracle.signature)
+    oracle.failing[dump.case.key] = second
     result = engine.minify(dump.case, oracle.test, dump.store, on_event=emit,
                            max_queries=max_queries, passes=passes)
-    final = oracle.outcome(result.minimized, "final")
+    # The minimized graph's own failing query: running it once more in a warm worker would prove
+    # less than the fresh-process run of repro.py below, which replaces it (and pays for itself).
+    final = oracle.failing.get(result.minimized.key) or oracle.outcome(result.minimized, "final")
     small = Dump(result.minimized, dump.store, dump.spec, oracle.signature.to_dict(),
                  title=f"minimized from {result.original.num_nodes} to {result.minimized.num_nodes} nodes",
                  failure=final.summary())
@@ -133,4 +154,21 @@ def _run(dump, oracle, out_dir, check_str, emit, max_queries, passes) -> Report:
         original = Dump(dump.case, dump.store, dump.spec, oracle.signature.to_dict(),
                         title="the original failing graph", failure=first.summary())
         files += write(out_dir, original, files=(LAUNCHER,))
-    return Report("minified", first, second, oracle.signature, result, files, final)
+    emit({"event": "check", "text": "Running the written repro.py in a fresh process from another folder"})
+    expected = repro_exit_code(final, oracle.signature)
+    run = fresh.run(files[0], _repro_timeout(timeout))
+    status = "minified" if run.code == expected else "repro_failed"
+    return Report(status, first, second, oracle.signature, result, files, final,
+                  repro_run=run, repro_expected=expected)
+
+
+def repro_exit_code(final: Outcome, signature: Signature) -> int:
+    """The exit code repro.py gives when it reproduces `final` (runtime.verdict's rule)."""
+    from tdbg.repro_templates.runtime import verdict
+    return verdict(final.to_dict(), signature.to_dict())[0]
+
+
+def _repro_timeout(query_timeout: float) -> float:
+    """A fresh interpreter imports torch (and the backend) before the query's own work; a
+    recorded hang makes repro.py wait 60 s for it (runtime.run_repro)."""
+    return max(query_timeout, 60.0) + 120.0

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Optional
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, make_gm
+from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore
 
 
 def record_values(case: Case, store: TensorStore) -> dict:
@@ -101,7 +101,7 @@ def finish(case: Case, graph: fx.Graph, extra: Iterable = ()) -> Optional[Case]:
     if not any(isinstance(o, fx.Node) for o in out.args[0]):
         return None
     inputs = tuple(specs[n.name] for n in graph.nodes if n.op == "placeholder")
-    return Case(make_gm(graph, case.gm), inputs)
+    return case.derive(graph, inputs)
 
 
 def copy_graph(case: Case) -> tuple:
@@ -189,7 +189,7 @@ def drop_outputs(case: Case, drop: set) -> Optional[Case]:
 def eliminate_dead_code(case: Case) -> Case:
     graph, _ = copy_graph(case)
     graph.eliminate_dead_code(is_impure_node=has_effect)
-    return Case(make_gm(graph, case.gm), case.inputs)
+    return case.derive(graph, case.inputs)
 
 
 def drop_unused_inputs(case: Case) -> Optional[Case]:
@@ -208,7 +208,7 @@ def merge_inputs(case: Case, groups: list) -> Optional[Case]:
 
 def replace_inputs(case: Case, new_specs: dict) -> Case:
     """Same graph, some inputs (by name) given new specs (e.g. smaller tensors)."""
-    return Case(case.gm, tuple(new_specs.get(s.name, s) for s in case.inputs))
+    return Case(case.gm, tuple(new_specs.get(s.name, s) for s in case.inputs), case.constants)
 
 
 def _placeholders_first(graph: fx.Graph) -> None:

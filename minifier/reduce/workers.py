@@ -66,11 +66,13 @@ class Pool:
         at the same time (on 2 cores that halved the start of `tdbg minify SCRIPT`)."""
         return self._servers
 
-    def query(self, source: str, specs: list, store, spec: dict) -> Outcome:
+    def query(self, source: str, specs: list, store, spec: dict, constants: tuple = ()) -> Outcome:
+        """The outcome of the graph `source` on the inputs `specs`, with its tensor `constants`
+        (Case.constants) set as the attributes it reads; values from `store`."""
         for _attempt in range(2):
             try:
                 with self._servers.server() as server:
-                    return self._query(server, source, specs, store, spec)
+                    return self._query(server, source, specs, store, spec, tuple(constants))
             except forkserver.Unavailable:
                 raise
             except (forkserver.ServerDied, OSError):
@@ -91,17 +93,19 @@ class Pool:
             done.add(backend)
             server.call(BACKEND_WARM[backend], None, fork=False, timeout=forkserver.STARTUP_TIMEOUT)
 
-    def _query(self, server: forkserver.Client, source: str, specs: list, store, spec: dict) -> Outcome:
+    def _query(self, server: forkserver.Client, source: str, specs: list, store, spec: dict,
+               constants: tuple) -> Outcome:
         self._prepare(server, (spec.get("backend") or {}).get("name"))
         seen = server.state.setdefault("tensors", set())
-        new = {s.key: store.tensors[s.key] for s in specs if s.is_tensor and s.key not in seen}
+        new = {s.key: store.tensors[s.key] for s in (*specs, *constants) if s.is_tensor and s.key not in seen}
         if new:
             reply = server.call("tdbg.minifier.reduce.workers:remember", new, fork=False, timeout=self.timeout)
             if reply.kind != "ok":
                 raise forkserver.ServerDied(reply.value)
             seen.update(new)
         reply = server.call("tdbg.minifier.reduce.workers:evaluate_query",
-                            {"source": source, "inputs": specs, "spec": spec, "memory_limit": self.memory_limit},
+                            {"source": source, "inputs": specs, "constants": constants, "spec": spec,
+                             "memory_limit": self.memory_limit},
                             timeout=self.timeout, session=True, memory_limit=self.memory_limit)
         return _outcome(reply, self.memory_limit)
 
@@ -163,7 +167,7 @@ def evaluate_query(msg: dict) -> dict:
     from tdbg.minifier.reduce.oracle import evaluate
     store = TensorStore()
     store.tensors = _TENSORS
-    gm = trace_source(msg["source"])
+    gm = trace_source(msg["source"], constants=msg.get("constants", ()), store=store)
     return _memory_verdict(evaluate(gm, store.values(msg["inputs"]), msg["spec"]), msg.get("memory_limit")).to_dict()
 
 

@@ -70,19 +70,24 @@ def test_source_round_trip_keeps_factory_calls_and_aten_ops():
         assert torch.equal(a, b)
 
 
-def test_get_attr_tensors_become_inputs():
+def test_get_attr_tensors_stay_constants_of_the_graph():
+    """Inline constants stay inline (a backend compiles a constant unlike an input), with their values."""
     class M(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, value=3.0):
             super().__init__()
-            self.w = torch.nn.Parameter(torch.full((2,), 3.0))
+            self.w = torch.nn.Parameter(torch.full((2,), value))
 
         def forward(self, x):
             return x * self.w
     store = TensorStore()
     case = from_graph_module(fx.symbolic_trace(M()), [torch.ones(2)], store)
-    assert [s.name for s in case.inputs] == ["x", "w"]
-    assert torch.equal(store.value(case.inputs[1]).detach(), torch.full((2,), 3.0))
-    assert case.inputs[1].requires_grad
+    assert [s.name for s in case.inputs] == ["x"]
+    assert [(n.op, n.target) for n in case.gm.graph.nodes][:2] == [("placeholder", "x"), ("get_attr", "w")]
+    [w] = case.constants
+    assert torch.equal(store.value(w).detach(), torch.full((2,), 3.0)) and w.requires_grad
+    assert torch.equal(case.gm.w.detach(), torch.full((2,), 3.0))
+    other = from_graph_module(fx.symbolic_trace(M(4.0)), [torch.ones(2)], store)
+    assert other.key != case.key     # a constant's value is part of what a verdict is cached for
 
 
 def test_case_key_depends_on_graph_and_inputs():
