@@ -231,15 +231,22 @@ def run_nodes(gm, inputs, *, fp64: bool = False) -> tuple:
                 env[node] = lift(next(args))
             elif node.op == "get_attr":
                 env[node] = lift(_attr(gm, node.target))
-            elif node.op == "call_function":
+            elif node.op in _CALLS:   # aten graphs hold call_function only; Dynamo graphs all three
                 a, kw = map_arg((node.args, node.kwargs), env.__getitem__)
-                env[node] = node.target(*lift(a), **lift(kw))
+                env[node] = _CALLS[node.op](gm, node.target, lift(a), lift(kw))
             elif node.op == "output":
                 out = map_arg(node.args[0], env.__getitem__)
             else:
-                raise CompareError(f"node {node.name}: op {node.op!r} is not in aten graphs; compare needs a "
-                                   "graph of call_function nodes")
+                raise CompareError(f"node {node.name}: op {node.op!r} cannot be run node by node")
     return env, out
+
+
+# FX node op -> how run_nodes calls it: (graph module, target, args, kwargs) -> value
+_CALLS = {
+    "call_function": lambda gm, target, a, kw: target(*a, **kw),
+    "call_method": lambda gm, target, a, kw: getattr(a[0], target)(*a[1:], **kw),
+    "call_module": lambda gm, target, a, kw: gm.get_submodule(target)(*a, **kw),
+}
 
 
 def _is_random(node) -> bool:

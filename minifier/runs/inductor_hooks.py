@@ -75,6 +75,30 @@ def stage_of(chain: list) -> Optional[str]:
             cls = getattr(ENTRIES.resolve(name), cls_name)
             if any(isinstance(e, cls) for e in chain):
                 return stage
+    return _phase_of(chain)
+
+
+# Inductor's phases as its own frames show them, outermost first: GraphLowering.run lowers each FX
+# node, then GraphLowering.codegen builds the Scheduler. The OUTERMOST matching frame names the
+# phase: the scheduler re-runs lowering.py's inner functions while it traces loop bodies, so a
+# lowering.py frame alone says nothing. (file under torch/_inductor, functions or None = any) -> stage
+PHASES = (
+    ("graph.py", ("run", "run_node", "call_function", "placeholder", "output"), "lowering"),
+    ("scheduler.py", None, "scheduling"),
+)
+
+
+def _phase_of(chain: list) -> Optional[str]:
+    """The Inductor phase (PHASES) an exception was raised in, by its traceback, or None."""
+    marker = os.path.join("torch", "_inductor") + os.sep
+    for e in chain:
+        for frame in traceback.extract_tb(e.__traceback__):
+            if marker not in frame.filename:
+                continue
+            rel = frame.filename.split(marker, 1)[1]
+            for file, functions, stage in PHASES:
+                if rel == file and (functions is None or frame.name in functions):
+                    return stage
     return None
 
 

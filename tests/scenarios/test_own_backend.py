@@ -41,9 +41,10 @@ def test_the_scripts_own_backend_runs_and_its_failure_is_reported(runs):
     assert "AssertionError: toy_compiler does not support relu" in r.stdout
     assert [(x["asked"], x["ran"], x["replaced"]) for x in rows(r)] == [
         ("toy_compiler", "examples/toy_compiler.py:toy_compiler", False)]
-    # the next commands keep the script's own backend (every command's default)
-    assert r.json["next_commands"] == ["tdbg bisect examples/toy_compiler.py",
-                                       "tdbg minify examples/toy_compiler.py --after dynamo --level 2"]
+    # the next commands name the backend the script's own call resolved to
+    assert r.json["next_commands"] == [
+        "tdbg bisect examples/toy_compiler.py --backend examples/toy_compiler.py:toy_compiler",
+        "tdbg minify examples/toy_compiler.py --after dynamo --level 2 --backend examples/toy_compiler.py:toy_compiler"]
 
 
 def test_a_replaced_backend_is_named_per_compile_call(runs):

@@ -12,6 +12,8 @@ RUNS = {
     "185517": (("run", f"{S}/issue_185517_bf16_margin.py", "--backend", "torch:inductor", "--check-accuracy"), {}),
     # int64 arange * tensor(1e9) computed in 32 bits inside an encoder (the script prints, never asserts)
     "175966": (("run", f"{S}/issue_175966_int64_arange.py"), {}),
+    # Inductor's scheduler raises a plain ValueError on a NaN constant while compiling
+    "188225": (("run", f"{S}/issue_188225_nan_amax.py"), {}),
 }
 
 
@@ -38,3 +40,33 @@ def test_an_int64_overflow_in_a_script_that_never_asserts_is_found(runs):
     [m] = err["evidence"]["mismatches"]
     assert m["output"] == "out[1]" and m["dtype"] == "torch.int64"
     assert r.json["verdict"]["compile_backends"]["names"] == ["torch:inductor"]
+
+
+def test_an_inductor_scheduler_crash_is_stage_scheduling(runs):
+    r = runs("188225")
+    assert r.code == exit_code("scheduling"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["stage"], err["during"], err["message"]) == (
+        "scheduling", "compile", "ValueError: The argument 'nan' is not comparable.")
+
+
+def _raised_in(path: str, function: str) -> BaseException:
+    """An exception whose traceback has a frame of `function` in file `path`."""
+    code = compile(f"def {function}():\n    raise ValueError('x')\n", path, "exec")
+    namespace: dict = {}
+    exec(code, namespace)
+    try:
+        namespace[function]()
+    except ValueError as e:
+        return e
+
+
+@pytest.mark.parametrize("path, function, stage", [
+    ("/x/torch/_inductor/graph.py", "run_node", "lowering"),
+    ("/x/torch/_inductor/scheduler.py", "__init__", "scheduling"),
+    ("/x/torch/_inductor/graph.py", "codegen", None),          # codegen of a lowered graph: not a phase row
+    ("/x/torch/_inductor/lowering.py", "inner_fn", None),     # re-run by the scheduler too: says nothing alone
+])
+def test_inductor_phases_by_their_frames(path, function, stage):
+    from tdbg.minifier.runs import inductor_hooks
+    assert inductor_hooks.stage_of([_raised_in(path, function)]) == stage
