@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 import click
 
@@ -90,15 +91,17 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
             verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
                                             save_io=folder, stage_check={"path": stages, "tolerance": tolerance},
                                             stdout_to_stderr=json_path == "-"))
-        problem = _run_problem(verdict, script)
+        problem = _run_problem(verdict, script, backend)
         if problem:
             message, code = problem
             return {"target": script, "argv": args, "backend": backend, "status": "failed", "exit_code": code,
                     "run": {k: verdict.get(k) for k in ("status", "stage", "error")}, "graphs": [],
-                    "message": message}
+                    "message": message, "compile_backends": verdict.get("compile_backends"),
+                    "replaced": common.replaced_lines(verdict, backend)}
         # each graph recompiles as the run compiled it (its replay spec: backend and config)
         doc = _compare_folder(folder, None, graphs, tolerance, named=(backend, script))
-        doc.update(target=script, argv=args, backend=backend)
+        doc.update(target=script, argv=args, backend=backend, compile_backends=verdict.get("compile_backends"),
+                   replaced=common.replaced_lines(verdict, backend))
         doc["stages"] = _read_stages(stages)
         doc["script_run"] = _script_run(verdict)
         _conclude(doc)
@@ -107,7 +110,7 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_problem(verdict: dict, script: str):
+def _run_problem(verdict: dict, script: str, backend: str = common.OWN):
     """(message, exit code) when the run gives nothing to compare, else None. A run that fails
     on accuracy still saved its graphs: comparing them is the point; so did a script that failed
     on its own after its compiled graphs ran (an assert on their wrong result)."""
@@ -122,14 +125,19 @@ def _run_problem(verdict: dict, script: str):
     where = f" at {err['source']}" if err.get("source") else ""
     first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
     return (f"the run of {script} failed before there was anything to compare: {words}{where}: "
-            f"{first} (`tdbg run {script}` reports it in full).", common.stage_exit_code(verdict))
+            f"{first} (`{common.command_line(['tdbg', 'run', script] + _named(backend))}` reports it in full).",
+            common.stage_exit_code(verdict))
+
+
+def _named(backend: str) -> list:
+    return [] if backend == common.OWN else ["--backend", backend]
 
 
 def _script_run(verdict: dict) -> dict:
     """How the script's run ended: {status, stage, message (the error's first line), source}."""
     err = verdict.get("error") or {}
     first = (str(err.get("message") or "").strip().splitlines() or [""])[0]
-    return {"status": verdict["status"], "stage": verdict.get("stage"), "message": first[:300] or None,
+    return {"status": verdict["status"], "stage": verdict.get("stage"), "message": first or None,
             "source": err.get("source"), "exit_code": common.stage_exit_code(verdict)}
 
 
@@ -235,7 +243,7 @@ def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
         stage = getattr(e, "stage", None)
         stage = stage if stage in ("lowering", "scheduling", "cpp_build", "kernel_runtime", "bad_input") else "backend"
         return {"name": g.name, "kind": g.kind, "verdict": "error", "stage": stage, "diverged": None,
-                "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
+                "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return result.to_dict()
 
 
@@ -257,13 +265,17 @@ def _summary(rows: list) -> str:
 def render(doc: dict) -> None:
     from rich.markup import escape
     c = out()
+    for line in doc.get("replaced") or []:
+        c.print(f"[bold yellow]replaced:[/] {escape(line)}")
     if doc.get("run"):
         c.print(f"[bold red]error:[/] {escape(doc['message'])}")
         return
     for s in doc.get("stages") or []:
         _render_stages(c, s)
+    bisect = common.command_line(["tdbg", "bisect", doc["target"]] + _named(doc.get("backend") or common.OWN)
+                                 + (["--", *doc["argv"]] if doc.get("argv") else [])) if doc.get("argv") is not None else None
     for g in doc["graphs"]:
-        _render_graph(c, g)
+        _render_graph(c, g, bisect)
     c.print(f"\n[bold]{escape(doc['message'])}[/]")
 
 
@@ -292,7 +304,7 @@ def _render_stages(c, s: dict) -> None:
         c.print(f"  [dim]note: {escape(note)}[/]")
 
 
-def _render_graph(c, g: dict) -> None:
+def _render_graph(c, g: dict, bisect: Optional[str] = None) -> None:
     from rich.markup import escape
     label, style = LABELS[g["verdict"]]
     if g["verdict"] == "ok" and g.get("notes") and "aten graph itself differs" in g["notes"][-1]:
@@ -324,7 +336,8 @@ def _render_graph(c, g: dict) -> None:
     elif g["verdict"] in ("fused", "outputs_differ"):
         _table(c, g["outputs"], range(len(g["outputs"])), None)
         if g["verdict"] == "fused":
-            c.print("  next: tdbg bisect SCRIPT (finds the fusion that breaks it)")
+            if bisect:   # a script's run: its own bisect command (a saved folder has no script to bisect)
+                c.print(f"  next: {escape(bisect)} (finds the fusion that breaks it)")
     for note in g.get("notes", []):
         c.print(f"  [dim]note: {escape(note)}[/]")
 

@@ -180,7 +180,8 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
     imported once); the Dump of the failing graph (or exit with the verdict)."""
     from tdbg.minifier.runs.runner import RunRequest, run_script
     cfg = common.base_config()
-    pool.prepare(backend)   # e.g. Inductor imported once in the server the capture forks from
+    # e.g. Inductor imported once in the server the capture forks from (own: torch.compile's default is it)
+    pool.prepare("torch:inductor" if backend == common.OWN else backend)
     verdict = None
     for lvl in (level, 3) if level < 3 else (level,):
         request = RunRequest(script=script, argv=args, backend=backend, config_json=cfg.to_json(),
@@ -192,7 +193,10 @@ def _capture(script, args, after, level, backend, out_dir, timeout, doc, pool):
         if dump is not None or verdict.get("stage") not in ("crash", "timeout"):
             break
     capture = {"stage": verdict.get("stage"), "status": verdict.get("status"),
-               "error": (verdict.get("error") or {}).get("message")}
+               "error": (verdict.get("error") or {}).get("message"),
+               "compile_backends": verdict.get("compile_backends"), "replaced": common.replaced_lines(verdict, backend)}
+    for line in capture["replaced"]:
+        err().print(f"[bold yellow]replaced:[/] {escape(line)}")
     if dump is None:
         doc.payload["capture"] = capture
         _no_dump(verdict, script, doc, level)

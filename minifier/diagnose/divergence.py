@@ -425,7 +425,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
         ref_env, ref_out = run_nodes(gm, _fresh(inputs), fp64=True)
     except Exception as e:   # an op without float64 support: judge against eager alone, and say so
         ref_env, ref_out = {}, None
-        notes.append(f"no float64 reference ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+        notes.append(f"no float64 reference ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
                      "errors are judged against eager alone")
     seconds["eager_and_reference"] = time.perf_counter() - t0
 
@@ -459,7 +459,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
         except Exception as e:   # the original graph compiled and ran: its outputs still say something
             realizes = False
             notes.append(f"the realized graph (every node an output) failed with {label} ({type(e).__name__}: "
-                         f"{(str(e).splitlines() or [''])[0][:160]}): only the graph's outputs were compared")
+                         f"{(str(e).splitlines() or [''])[0]}): only the graph's outputs were compared")
     if realizes:
         if len(values) != len(observed):
             raise CompareError(f"the realized graph returned {len(values)} node values for {len(observed)} nodes")

@@ -271,7 +271,7 @@ class StageRecorder:
         except Exception as e:   # the check must not change the user's run; it says it could not judge
             row = StageComparison(name, getattr(backend, "name", str(backend)), "unjudged",
                                   f"its stages could not be judged ({type(e).__name__}: "
-                                  f"{(str(e).splitlines() or [''])[0][:200]})").to_dict()
+                                  f"{(str(e).splitlines() or [''])[0]})").to_dict()
         finally:
             torch.set_rng_state(rng)
         self.rows[index] = row

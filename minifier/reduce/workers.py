@@ -178,7 +178,7 @@ def _memory_verdict(outcome: Outcome, memory_limit: Optional[int]) -> Outcome:
             outcome.exc_type == "MemoryError" or any(p in text for p in ALLOCATION_FAILED)):
         return outcome
     first = next((line for line in text.splitlines() if line.strip()), text)
-    return Outcome("out_of_memory", outcome.exc_type, f"{first[:300]} (while {OUT_OF_MEMORY_FROM[outcome.kind]}); "
+    return Outcome("out_of_memory", outcome.exc_type, f"{first} (while {OUT_OF_MEMORY_FROM[outcome.kind]}); "
                    f"{_limit_text(memory_limit)}", stage=outcome.stage or outcome.kind, seconds=outcome.seconds)
 
 
