@@ -225,6 +225,8 @@ def run_nodes(gm, inputs, *, fp64: bool = False) -> tuple:
     args = iter(inputs)
     out = None
     lift = _to64 if fp64 else (lambda v: v)
+    # a Dynamo graph's submodules (call_module) hold their own parameters: float64 copies for the reference
+    root = _Float64Modules(gm) if fp64 else gm
     with torch.no_grad():
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -233,12 +235,25 @@ def run_nodes(gm, inputs, *, fp64: bool = False) -> tuple:
                 env[node] = lift(_attr(gm, node.target))
             elif node.op in _CALLS:   # aten graphs hold call_function only; Dynamo graphs all three
                 a, kw = map_arg((node.args, node.kwargs), env.__getitem__)
-                env[node] = _CALLS[node.op](gm, node.target, lift(a), lift(kw))
+                env[node] = _CALLS[node.op](root, node.target, lift(a), lift(kw))
             elif node.op == "output":
                 out = map_arg(node.args[0], env.__getitem__)
             else:
                 raise CompareError(f"node {node.name}: op {node.op!r} cannot be run node by node")
     return env, out
+
+
+class _Float64Modules:
+    """`get_submodule` of a graph module, each submodule copied once in float64."""
+
+    def __init__(self, gm):
+        self.gm, self.copies = gm, {}
+
+    def get_submodule(self, target: str):
+        if target not in self.copies:
+            import copy
+            self.copies[target] = copy.deepcopy(self.gm.get_submodule(target)).to(torch.float64)
+        return self.copies[target]
 
 
 # FX node op -> how run_nodes calls it: (graph module, target, args, kwargs) -> value

@@ -33,7 +33,7 @@ import torch
 import torch.fx
 
 from tdbg.compiler.torch_compat import pytree
-from tdbg.minifier.diagnose.divergence import _to64, judge
+from tdbg.minifier.diagnose.divergence import judge, run_nodes
 
 STAGE_VERDICTS = {
     "ok": "the aten graph and the compiled graph compute what the Dynamo graph computes (outputs and "
@@ -93,6 +93,15 @@ def _seen(fn, inputs) -> list:
     return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(args)]
 
 
+def _seen64(gm, inputs) -> list:
+    """`_seen` of the float64 reference, op by op (divergence.run_nodes: every op's floating
+    arguments in float64, so tensors the graph itself creates in float32 are lifted too)."""
+    env, out = run_nodes(gm, _fresh(inputs), fp64=True)
+    flat = pytree.tree_leaves(out if isinstance(out, (list, tuple)) else [out])
+    placeholders = [env[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(placeholders)]
+
+
 def _names(gm) -> list:
     return [n.name for n in gm.graph.nodes if n.op == "placeholder"]
 
@@ -150,7 +159,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     names = _names(gm)
     eager = [(p if not p.startswith("input ") else f"input {names[int(p.split()[1])]}", v) for p, v in eager]
     try:
-        ref = _seen(gm, _to64(list(inputs)))
+        ref = _seen64(gm, inputs)
     except Exception:   # an op without float64 support: judged against eager alone
         ref = None
     aot_eager = _aot_eager(resolved, config)
