@@ -165,13 +165,16 @@ class Command:
 
 
 COMMAND_CASES = {
-    "compile_small": Command(SMALL, ("--after", "aot", "--level", "2"), {"TDBG_INJECT_BUG": "relu:compile_error"},
+    # tdbg's compiler named: every command now runs the script's own backend (Inductor here) by default
+    "compile_small": Command(SMALL, ("--backend", "inductor", "--after", "aot", "--level", "2"),
+                             {"TDBG_INJECT_BUG": "relu:compile_error"},
                              "aot", 2, {"BENCH_INDUCTOR_BUG": "compile_error"}),
     "amin_dynamo": Command("amin_uint8.py", ("--backend", "torch:inductor", "--after", "dynamo", "--level", "4"), {},
                            "dynamo", 4, {}),
     "amin_aot": Command("amin_uint8.py", ("--backend", "torch:inductor", "--after", "aot", "--level", "4"), {},
                         "aot", 4, {}, ("--strict-accuracy",)),
-    "bert_relu": Command(BERT, ("--after", "aot", "--level", "4"), {"TDBG_INJECT_BUG": "relu:accuracy"},
+    "bert_relu": Command(BERT, ("--backend", "inductor", "--after", "aot", "--level", "4"),
+                         {"TDBG_INJECT_BUG": "relu:accuracy"},
                          "aot", 4, {"BENCH_INDUCTOR_BUG": "accuracy"}, ("--strict-accuracy",)),
 }
 

@@ -126,7 +126,7 @@ def _compare_one(path, e, a, r, tolerance, ignore_non_fp) -> Optional[Mismatch]:
         eager_err = float((e.double() - r64).abs().nan_to_num(nan=0.0).max())
         res_err = float((a.double() - r64).abs().nan_to_num(nan=float("inf")).max())
         same_nans = torch.equal(a.isnan(), r64.isnan())
-        if same_nans and res_err <= FP64_MULTIPLIER * eager_err + atol and _reference_judges(e, a, r64, rtol, atol):
+        if same_nans and res_err <= FP64_MULTIPLIER * eager_err + atol and reference_judges(e, a, r64, rtol, atol):
             return None
     idx = tuple(int(i) for i in torch.unravel_index(err.argmax(), e.shape)) if e.dim() else ()
     return Mismatch(path, str(e.dtype), tuple(e.shape), max_err, eager_err,
@@ -134,7 +134,7 @@ def _compare_one(path, e, a, r, tolerance, ignore_non_fp) -> Optional[Mismatch]:
                     f" (rtol={rtol:g}, atol={atol:g})")
 
 
-def _reference_judges(e, a, r64, rtol: float, atol: float) -> bool:
+def reference_judges(e, a, r64, rtol: float, atol: float) -> bool:
     """Whether the float64 reference may excuse every element where `a` is not close to eager:
     at each of them eager must be within REFERENCE_TRUST of the reference, in the dtype's own
     tolerance (not an override: a tolerance of 0 must not make every reference untrustworthy)."""

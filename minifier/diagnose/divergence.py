@@ -42,7 +42,7 @@ import torch.fx
 from torch.fx.node import map_arg
 
 from tdbg.compiler.torch_compat import pytree
-from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES
+from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES, reference_judges
 
 VERDICTS = {
     "ok": "every compared node and output is within tolerance",
@@ -357,7 +357,9 @@ def judge(compiled, eager, ref, *, tolerance=None) -> dict:
         if close:
             return row
         same_nans = torch.equal(compiled.isnan(), ref.isnan())
-        row["diverges"] = not (same_nans and row["abs_ref"] <= FP64_MULTIPLIER * row["eager_abs_ref"] + atol)
+        # the rule of accuracy.compare, so compare and run judge a value alike
+        row["diverges"] = not (same_nans and row["abs_ref"] <= FP64_MULTIPLIER * row["eager_abs_ref"] + atol
+                               and reference_judges(eager, compiled, r64, rtol, atol))
         return row
     row["diverges"] = not close
     return row
