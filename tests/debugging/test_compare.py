@@ -358,3 +358,12 @@ def test_a_graph_drawing_random_numbers_is_not_judged_by_stages():
     gm, inputs = _dynamo_graph(lambda x: torch.nn.functional.dropout(x, 0.5) + 1, torch.randn(16))
     r = compare_stages(gm, inputs, "torch:aot_eager")
     assert (r.verdict, r.diverged, r.values) == ("unjudged", False, [])
+
+
+def test_a_dynamo_graph_compiled_by_torch_aot_eager_is_compared_on_its_outputs():
+    """torch:aot_eager's result carries a stale `_boxed_call` (functools.wraps): called with one
+    list, as a boxed aten compiler would be, it failed with StopIteration; Dynamo calls it with
+    positional args, and so does compare."""
+    gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
+    r = compare_graph(gm, inputs, "torch:aot_eager", kind="dynamo")
+    assert (r.verdict, r.mode, [o.path for o in r.outputs]) == ("outputs_match", "outputs", ["out[0]"])
