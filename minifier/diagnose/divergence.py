@@ -437,7 +437,8 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     label, compile_one, realizes = graph_compiler(backend, config=config, name=name, kind=kind)
     notes = []
     sources = dict(sources) if sources is not None else node_sources(gm)
-    eager_env, eager_out = run_nodes(gm, _fresh(inputs))
+    eager_inputs = _fresh(inputs)      # kept: a graph that writes into its inputs is judged there too
+    eager_env, eager_out = run_nodes(gm, eager_inputs)
     try:
         ref_env, ref_out = run_nodes(gm, _fresh(inputs), fp64=True)
     except Exception as e:   # an op without float64 support: judge against eager alone, and say so
@@ -454,10 +455,12 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     original = compile_one(snapshot(gm), _fresh(inputs))
     seconds["compile"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    compiled_out = original(*_fresh(inputs))
+    compiled_inputs = _fresh(inputs)
+    compiled_out = original(*compiled_inputs)
     seconds["run"] = time.perf_counter() - t1
     kernel = kernel_of(original)
     outputs = _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance)
+    outputs += _written_inputs(gm, inputs, eager_inputs, compiled_inputs, len(outputs), tolerance)
 
     nodes: list = []
     if realizes:
@@ -516,6 +519,20 @@ def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tole
         rows.append(NodeError(i, node_name, _op_name(producer) if hasattr(producer, "target") else "output",
                               str(e.dtype).replace("torch.", ""), list(e.shape), local_wrong=None,
                               source=sources.get(node_name), kernel=kernel(node_name), path=path, **row))
+    return rows
+
+
+def _written_inputs(gm, inputs, eager_inputs, compiled_inputs, start: int, tolerance) -> list:
+    """Rows for the inputs eager or the compiled graph wrote into (path 'input NAME (written)'):
+    a mutation is part of what the graph computes, and no output shows it."""
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    rows = []
+    for name, x, e, a in zip(names, inputs, eager_inputs, compiled_inputs):
+        if not isinstance(x, torch.Tensor) or (torch.equal(e, x) and torch.equal(a, x)):
+            continue
+        row = judge(a, e, None, tolerance=tolerance)
+        rows.append(NodeError(start + len(rows), name, "input", str(e.dtype).replace("torch.", ""), list(e.shape),
+                              path=f"input {name} (written)", **row))
     return rows
 
 
@@ -633,9 +650,11 @@ def _decide(c: GraphComparison) -> None:
     if out_bad is not None:
         c.verdict = "fused"
         c.first_divergence = out_bad
+        how = ("the compiled graph writes the input wrongly, or only fused code computes it wrong"
+               if out_bad.path and out_bad.path.startswith("input ") else
+               "the divergence appears only when nodes are fused (a fusion or scheduling bug)")
         c.message = (f"{out_bad.path} ({out_bad.name}) diverges ({_err_text(out_bad)}) but no realized node does: "
-                     "the divergence appears only when nodes are fused (a fusion or scheduling bug); "
-                     "`tdbg bisect` finds the fusion")
+                     f"{how}; `tdbg bisect` finds the fusion")
         return
     c.verdict = "ok"
     c.message = f"{len(c.nodes)} nodes and {len(c.outputs)} outputs within tolerance"

@@ -360,3 +360,41 @@ def test_a_graph_drawing_random_numbers_is_not_judged_by_stages():
     gm, inputs = _dynamo_graph(lambda x: torch.nn.functional.dropout(x, 0.5) + 1, torch.randn(16))
     r = compare_stages(gm, inputs, "torch:aot_eager")
     assert (r.verdict, r.diverged, r.values) == ("unjudged", False, [])
+
+
+def test_a_dynamo_graph_compiled_by_torch_aot_eager_is_compared_on_its_outputs():
+    """torch:aot_eager's result carries a stale `_boxed_call` (functools.wraps): called with one
+    list, as a boxed aten compiler would be, it failed with StopIteration; Dynamo calls it with
+    positional args, and so does compare."""
+    gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
+    r = compare_graph(gm, inputs, "torch:aot_eager", kind="dynamo")
+    assert (r.verdict, r.mode, [o.path for o in r.outputs]) == ("outputs_match", "outputs", ["out[0]"])
+
+
+def test_an_input_the_compiled_graph_writes_wrongly_is_never_ok():
+    """An aten graph that writes into its input (copy_ kept in the graph): the written input is
+    compared like an output, since no output shows it."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
+
+    def f(x, y):
+        x.add_(1)
+        return y * 2
+    got = []
+    x, y = torch.randn(4), torch.randn(4)
+    aot_function(f, fw_compiler=lambda gm, ex: got.append(gm) or make_boxed_func(gm),
+                 keep_inference_input_mutations=True)(x.clone(), y)
+
+    def writes_twice(g, example_inputs):
+        def run(*args):
+            out = g(*args)
+            args[0].add_(1)
+            return out
+        return run
+    bad = compare_graph(got[0], [x, y], writes_twice, kind="inference")
+    assert bad.verdict == "fused"
+    assert [(o.path, o.diverges, o.abs_eager) for o in bad.outputs] == [
+        ("out[0]", False, 0.0), ("input arg0_1 (written)", True, pytest.approx(1.0, abs=1e-6))]
+    assert "the compiled graph writes the input wrongly" in bad.message
+    good = compare_graph(got[0], [x, y], lambda g, example_inputs: g, kind="inference")
+    assert (good.verdict, [o.path for o in good.outputs]) == ("ok", ["out[0]", "input arg0_1 (written)"])
