@@ -19,7 +19,6 @@ was asked, and what ran (`replaced` when `--backend` overrode it).
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -157,7 +156,3 @@ def display(name: Optional[str]) -> str:
         return "tdbg's compiler (inductor)"
     return name or "?"
 
-
-def relative(path: str) -> str:
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
