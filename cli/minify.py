@@ -141,9 +141,11 @@ def _memory_limit(text):
 
 def _run(target, args, after, level, backend, work, check_str, tolerance, ignore_non_fp, timeout,
          max_queries, memory_limit, doc, dump_mode) -> int:
+    from tdbg.minifier.artifacts.repro import FreshInterpreter
     from tdbg.minifier.reduce.workers import Pool
     limit = {} if memory_limit is None else {"memory_limit": None if memory_limit == "none" else memory_limit}
     pool = Pool(timeout=timeout, **limit)  # warms up while the dump loads or the script runs
+    fresh = FreshInterpreter()   # the repro.py check's interpreter: imports torch meanwhile too
     try:
         if dump_mode:
             dump = _load(target, doc)
@@ -154,8 +156,9 @@ def _run(target, args, after, level, backend, work, check_str, tolerance, ignore
                 dump.spec[key] = value
         if tolerance is not None or ignore_non_fp:
             dump.spec["check_accuracy"] = True
-        report = _minify(dump, work, check_str, timeout, max_queries, pool)
+        report = _minify(dump, work, check_str, timeout, max_queries, pool, fresh)
     finally:
+        fresh.close()
         pool.close()
     code = exit_code(STATUS_CODES[report.status])
     if doc.path != "-":  # stdout then carries only the JSON document
@@ -262,11 +265,11 @@ def _no_dump(verdict: dict, script: str, doc: _Document, level: int = 2) -> NoRe
              code=verdict_exit_code(verdict))
 
 
-def _minify(dump, out_dir, check_str, timeout, max_queries, pool):
+def _minify(dump, out_dir, check_str, timeout, max_queries, pool, fresh):
     from tdbg.minifier.reduce.session import minify_dump
     with _Progress() as progress:
         return minify_dump(dump, out_dir, check_str=check_str, timeout=timeout,
-                           on_event=progress.event, max_queries=max_queries, pool=pool)
+                           on_event=progress.event, max_queries=max_queries, pool=pool, fresh=fresh)
 
 
 class _Progress:

@@ -196,37 +196,51 @@ class UserRun:
 
 FIRST_LINES = 8
 # What a fresh interpreter runs to stand for `python repro.py`: it imports torch (the first
-# thing every repro.py does, and most of its start-up) and the modules the file's backend will
-# import (argv), while the minifier is still working, then waits for the file's path and runs it
-# as __main__ with the argv and sys.path[0] that `python PATH` gives. Nothing of tdbg's minifier
-# is imported beforehand: the file itself must bring what it needs.
+# thing every repro.py does, and most of its start-up), then reads stdin: "warm NAME" lines import
+# modules the file's backend will import anyway ("module:function" also calls a once-per-process
+# probe it will run anyway), while the minifier is still working; "run PATH"
+# runs the file as __main__ with the argv and sys.path[0] that `python PATH` gives; EOF or anything
+# else exits 0. Nothing of tdbg's minifier is imported beforehand: the file must bring what it needs.
 _FRESH_MAIN = """
 import contextlib, importlib, os, runpy, sys
 import torch
-for name in sys.argv[1:]:
-    with contextlib.suppress(Exception):   # the file imports it again, and reports a failure itself
-        importlib.import_module(name)
-path = sys.stdin.readline().strip()
-if not path:
-    sys.exit(0)
-sys.argv = [path]
-sys.path[0] = os.path.dirname(path)
-runpy.run_path(path, run_name="__main__")
+for line in iter(sys.stdin.readline, ""):
+    command, _, arg = line.rstrip("\\n").partition(" ")
+    if command == "warm":   # "module" or "module:function" (called with no arguments)
+        with contextlib.suppress(Exception):   # the file imports it again, and reports a failure itself
+            module, _, function = arg.partition(":")
+            value = importlib.import_module(module)
+            if function:
+                getattr(value, function)()
+        continue
+    if command != "run":
+        break
+    sys.argv = [arg]
+    sys.path[0] = os.path.dirname(arg)
+    runpy.run_path(arg, run_name="__main__")
+    break
 """
 
 
 class FreshInterpreter:
     """A new Python process (this one's executable and environment, cwd a new empty folder
     elsewhere) that will run one file as a user runs it: `run(path)`. Started ahead of time so
-    its imports (torch, and the `warm` modules the file will import anyway: `warm_modules`)
-    overlap the minification; `close()` ends it if it was never used."""
+    its imports (torch, and the modules the file will import anyway: `warm`, `warm_modules`)
+    overlap other work; `close()` ends it if it was never used (closing twice is harmless)."""
 
     def __init__(self, warm=()):
         self.cwd = tempfile.mkdtemp(prefix="tdbg-repro-check-")
         # its own process group: on a timeout the repro and the child it forks are killed together
-        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN, *warm], cwd=self.cwd,
+        self.proc = subprocess.Popen([sys.executable, "-c", _FRESH_MAIN], cwd=self.cwd,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
+        self.warm(warm)
+
+    def warm(self, modules) -> None:
+        """Have it import `modules` now (before `run`); a dead interpreter is left to `run`."""
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write("".join(f"warm {name}\n" for name in modules))
+            self.proc.stdin.flush()
 
     def run(self, path: str, timeout: float) -> UserRun:
         """`python path` in this interpreter; a cold one when this one died before its turn."""
@@ -235,7 +249,7 @@ class FreshInterpreter:
             self.close()
             return run_as_user(path, timeout)
         try:
-            stdout, stderr = self.proc.communicate(os.path.abspath(path) + "\n", timeout=timeout)
+            stdout, stderr = self.proc.communicate(f"run {os.path.abspath(path)}\n", timeout=timeout)
             code = self.proc.returncode
         except subprocess.TimeoutExpired:
             self._kill()
@@ -269,7 +283,8 @@ def warm_modules(spec: dict) -> tuple:
     inductor = name == "torch:inductor" or (after_aot and aot_of(spec)["family"] == "torch:inductor")
     # Dynamo (seconds to import) only where the repro uses it: torch:* names, fake tensors after aot
     dynamo = after_aot or name.startswith("torch:")
-    return (("torch._dynamo",) * dynamo + ("torch._inductor.compile_fx",) * inductor
+    from tdbg.minifier.runs.inductor_hooks import WARM_CALLS, WARM_MODULES
+    return (("torch._dynamo",) * dynamo + (WARM_MODULES + WARM_CALLS) * inductor
             + ("tdbg.compiler",) * uses_tdbg(spec))
 
 

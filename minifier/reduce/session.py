@@ -98,11 +98,12 @@ class Report:
 
 def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, timeout: float = 60.0,
                 on_event: Optional[Callable[[dict], None]] = None, max_queries: Optional[int] = None,
-                passes=None, pool: Optional[Pool] = None) -> Report:
+                passes=None, pool: Optional[Pool] = None, fresh: Optional[FreshInterpreter] = None) -> Report:
     """Minify the dump's graph into out_dir (repro.py, minifier_launcher.py, inputs/, minify.jsonl).
 
-    `pool` may be started early by the caller so its warm-up overlaps other work; the caller then
-    closes it. Without one, a pool is made and closed here.
+    `pool` and `fresh` (the interpreter that checks the written repro.py) may be started early by
+    the caller so their warm-up overlaps other work (e.g. the capture run); the caller then closes
+    the pool. Without them, they are made here. `fresh` is used up (closed) here either way.
     """
     start = time.perf_counter()
     emit = on_event or (lambda e: None)
@@ -110,8 +111,9 @@ def minify_dump(dump: Dump, out_dir: str, *, check_str: Optional[str] = None, ti
     own = pool is None
     pool = pool or Pool(timeout=timeout)
     oracle = Oracle(dump, pool, os.path.join(out_dir, LOG_NAME))
-    # for the check of the written repro.py: started now, so its imports overlap every query
-    fresh = FreshInterpreter(warm_modules(dump.spec))
+    # for the check of the written repro.py: its imports overlap every query
+    fresh = fresh or FreshInterpreter()
+    fresh.warm(warm_modules(dump.spec))
     try:
         report = _run(dump, oracle, out_dir, check_str, emit, max_queries, passes, timeout, fresh)
     finally:

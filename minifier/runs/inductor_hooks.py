@@ -52,6 +52,10 @@ def warm() -> None:
     ENTRIES.resolve("cpu_vec_isa").valid_vec_isa_list()
 
 
+# `warm`'s probe as a "module:function" a fresh interpreter can call (FreshInterpreter.warm)
+WARM_CALLS = (f"{ENTRIES.entries['cpu_vec_isa'].module}:valid_vec_isa_list",)
+
+
 # -- failures in Inductor's generated code ---------------------------------------------------------
 BACKENDS = ("torch:inductor",)   # backend names whose runs record each kernel's FX nodes (record_kernel_origins)
 # (entry, exception class, stage): an Inductor exception of that class anywhere in a failure's chain

@@ -124,3 +124,20 @@ def test_pool_without_a_startable_server_is_unavailable():
                 with pool.server():
                     pass
         assert (pool.size, pool.started, pool.replaced) == (0, [], 0)
+
+
+def test_pool_close_ends_every_server_and_closes_each_pipe_once():
+    pool = forkserver.Pool(["json"], size=2, keep_warm=2)
+    clients = list(pool.started)
+    for client in clients:
+        client.wait_ready()
+    pool.close()
+    assert [c.proc.poll() for c in clients] == [0, 0]      # os._exit(0) once the pipe closed
+    assert all((c._w, c._r) == (-1, -1) for c in clients)  # a second close touches no reused fd
+    reused = os.open(os.devnull, os.O_RDONLY)              # may get a number a pipe had
+    try:
+        for client in clients:
+            client.close()
+        os.fstat(reused)                                    # still open
+    finally:
+        os.close(reused)
