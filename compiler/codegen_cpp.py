@@ -26,7 +26,7 @@ from . import ops as optable
 from .ir import FloorDiv, ModIndex
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
 from .codegen_segments import MaskSegments
-from .trace import get_logger
+from .logs import get_logger
 from .scheduler import kernel_threads
 
 BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h

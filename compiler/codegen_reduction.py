@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .scheduler import accumulates_in_producer, kernel_threads
-from .trace import get_logger
+from .logs import get_logger
 
 log = get_logger("schedule")
 

@@ -24,7 +24,7 @@ import torch.fx
 from . import ir, ops as optable, torch_compat
 from .torch_compat import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, elementwise_dtypes, pytree
 from .errors import LoweringError
-from .trace import get_logger
+from .logs import get_logger
 from .ir import (ComputedBuffer, ExternBuffer, ExternKernel, FixedLayout, InputBuffer, IRNode,
                  Pointwise, Reduction, ReinterpretView, StorageBox, View)
 
