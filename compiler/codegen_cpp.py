@@ -29,7 +29,7 @@ from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous
 from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
 from .logs import get_logger
-from .scheduler import kernel_threads
+from .scheduler import KernelGroup, kernel_name, kernel_threads
 
 BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
 
@@ -535,7 +535,6 @@ class KernelInfo:
 
 def generate_kernels(items, buffers, config) -> list:
     """One KernelInfo per KernelGroup in `items` (named cpp_fused_<ops>_<n>)."""
-    from .scheduler import KernelGroup, kernel_name
     kernels = []
     for pos, item in enumerate(items):
         if not isinstance(item, KernelGroup):

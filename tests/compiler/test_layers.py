@@ -4,7 +4,10 @@ pipeline's order from the bottom up (docs/architecture.md states the same order)
 
 The graph is read from the source with `ast`, nothing is imported. An import inside a function
 (a lazy import, run at first call) counts like one at module level: a reader following it meets
-the same circle. Run this file as a script to print the graph and its import circles:
+the same circle. The lazy imports left all go down, and keep `import tdbg.compiler` (and its
+provenance constants, which the report renderer reads) torch-free: __init__'s stages, trace's
+provenance, provenance's IR, scheduler and codegen names, torch_compat where first used. Run this
+file as a script to print the graph, its import circles and any import against LAYERS:
 
     python tests/compiler/test_layers.py
 """
