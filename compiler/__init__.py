@@ -18,7 +18,8 @@ from typing import Optional
 
 from . import config as _config
 from .errors import IRInvariantError, KernelRuntimeError
-from .trace import DebugTrace, configure_logging, get_logger
+from .logs import configure_logging, get_logger
+from .trace import DebugTrace
 
 log = get_logger("compiler")
 _compiled_counter = itertools.count()     # graphs compiled by compile_aten outside Dynamo

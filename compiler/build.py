@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -45,7 +44,8 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import CacheDirError, CppCompileError
-from .trace import get_logger
+from .logs import get_logger
+from .toolchain import native_vector  # noqa: F401 (build.native_vector: the name callers and tests use)
 
 PRELUDE_NAME = "tdbg_prelude.h"      # what generated sources #include
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -135,20 +135,6 @@ def include_dir(cache_dir: str) -> str:
                 _atomic_write(target, data)
         _include_dirs[key] = path
     return _include_dirs[key]
-
-
-@functools.lru_cache(maxsize=None)
-def native_vector(cxx: str = "g++") -> tuple:
-    """(float32 lanes, extra g++ flags) of the widest vectors `cxx -march=native` targets here:
-    (16, ("-mprefer-vector-width=512",)) where it predefines __AVX512F__ (g++ would otherwise
-    keep 256-bit vectors, while eager's and Inductor's kernels use 512), else (8, ()). Asked
-    once per process and compiler; a compiler that cannot answer gets (8, ())."""
-    try:
-        out = subprocess.run([cxx, "-march=native", "-dM", "-E", "-x", "c++", os.devnull],
-                             capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 8, ()
-    return (16, ("-mprefer-vector-width=512",)) if "__AVX512F__ " in out else (8, ())
 
 
 def _toolchain_digest(config) -> str:

@@ -25,9 +25,11 @@ import torch
 from . import ops as optable
 from .ir import FloorDiv, ModIndex
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
+from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type
+from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
-from .trace import get_logger
-from .scheduler import kernel_threads
+from .logs import get_logger
+from .scheduler import KernelGroup, kernel_name, kernel_threads
 
 BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
 
@@ -50,10 +52,6 @@ def cexpr(e) -> str:
     if e.is_Mul:
         return "(" + "*".join(cexpr(a) for a in e.args) + ")"
     raise NotImplementedError(f"index expression {e}")
-
-
-def cpp_type(dtype) -> str:
-    return CPP_TYPES[dtype]
 
 
 def constant(value, dtype) -> str:
@@ -82,82 +80,6 @@ def fx_line(node) -> str:
         return repr(a)
     args = [fmt(a) for a in node.args] + [f"{k} = {fmt(v)}" for k, v in node.kwargs.items()]
     return f"{node.name} = torch.ops.{node.target}({', '.join(args)})"
-
-
-@dataclass(frozen=True)
-class CppVar:
-    name: str
-    dtype: torch.dtype
-
-    def __str__(self):
-        return self.name
-
-
-class Block:
-    """Lines of one C++ scope with its common-subexpression cache (inherits the parent's)."""
-
-    def __init__(self, parent=None):
-        self.parent, self.lines, self.cache, self.last_origin = parent, [], {}, None
-        self.loop = False       # the body of a loop (loop_body), not just a nested scope
-
-    def defines(self, var) -> bool:
-        return var in self.cache.values()
-
-    def lookup(self, expr):
-        b = self
-        while b is not None:
-            if expr in b.cache:
-                return b.cache[expr]
-            b = b.parent
-        return None
-
-
-@dataclass
-class Loop:
-    var: str
-    size: object          # the bound: an int, or a C++ expression
-    pragma: str = ""
-    start: str = "0"
-    step: int = 1
-
-    @property
-    def trips(self) -> int:
-        return -(-self.size // self.step) if isinstance(self.size, int) else 1
-
-    def head(self) -> str:
-        step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
-        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
-
-
-@dataclass
-class LoopNest:
-    loops: list = field(default_factory=list)
-
-    def render(self, body: list) -> list:
-        lines = list(body)
-        for loop in reversed(self.loops):
-            head = [loop.pragma] if loop.pragma else []
-            lines = head + [loop.head(), "{"] + ["    " + line for line in lines] + ["}"]
-        return lines
-
-
-def _contiguous(sizes):
-    out, acc = [], 1
-    for s in reversed(sizes):
-        out.append(acc)
-        acc *= s
-    return out[::-1]
-
-
-@dataclass
-class LoopFacts:
-    """What a loop body contains that decides whether it may be vectorized."""
-    reasons: list = field(default_factory=list)
-    itemsizes: set = field(default_factory=set)
-
-
-# the reduction mixin imports the primitives above from this module (import cycle: keep them above)
-from .codegen_reduction import ReductionCodegen  # noqa: E402
 
 
 class CppKernel(ReductionCodegen):
@@ -613,7 +535,6 @@ class KernelInfo:
 
 def generate_kernels(items, buffers, config) -> list:
     """One KernelInfo per KernelGroup in `items` (named cpp_fused_<ops>_<n>)."""
-    from .scheduler import KernelGroup, kernel_name
     kernels = []
     for pos, item in enumerate(items):
         if not isinstance(item, KernelGroup):

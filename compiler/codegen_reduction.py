@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .codegen_loops import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type
 from .scheduler import accumulates_in_producer, kernel_threads
-from .trace import get_logger
+from .logs import get_logger
 
 log = get_logger("schedule")
 
@@ -364,6 +365,3 @@ class ColumnAcc:
         self.combine = (LANE_COMBINE if self.acc_dtype.is_floating_point else REDUCTION_COMBINE)[self.rtype]
         return self
 
-
-# codegen_cpp imports this module at its top; its names are looked up when the methods run
-from .codegen_cpp import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type  # noqa: E402

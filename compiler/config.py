@@ -17,6 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+from .logs import LOG_CHANNELS
+from .toolchain import native_vector
+
 BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
 # The aten/prims ops tdbg lowers, by name: the ops `inject_bug` can break (an op that is not
 # lowered has no generated code to break). tests/test_config.py pins it to lowering.LOWERINGS;
@@ -32,7 +35,6 @@ INJECTABLE_OPS = frozenset("""
     rand rand_like randn randn_like reciprocal relu remainder
     reshape round rsqrt scalar_tensor scatter select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
     t tan tanh transpose trunc uniform unsqueeze var var_mean view where""".split())
-LOG_CHANNELS = ("compiler", "output_code", "schedule", "graph")
 
 
 def default_cache_dir() -> str:
@@ -48,8 +50,7 @@ BASE_CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-f
 
 
 def _native_vector() -> tuple:
-    from .build import native_vector   # g++ is asked once per process, when a default is first needed
-    return native_vector()
+    return native_vector()   # g++ is asked once per process, when a default is first needed
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Config:
     layout_optimization: bool = True   # inference graphs with 2-d convolutions run NHWC (layout.py)
     pack_weights: bool = True          # inference linears run on MKL-packed weights (prepack.py)
     # codegen
-    # vector width in float32 lanes (0 disables vectorization); default: the CPU's (build.native_vector)
+    # vector width in float32 lanes (0 disables vectorization); default: the CPU's (toolchain.native_vector)
     simdlen: int = field(default_factory=lambda: _native_vector()[0])
     vectorize: bool = True
     parallel: bool = True              # OpenMP over outer loops
@@ -78,7 +79,7 @@ class Config:
     reuse_outputs: bool = True
     # build
     cxx: str = "g++"
-    # BASE_CXX_FLAGS, then -mprefer-vector-width=512 on an AVX-512 CPU (build.native_vector)
+    # BASE_CXX_FLAGS, then -mprefer-vector-width=512 on an AVX-512 CPU (toolchain.native_vector)
     cxx_flags: tuple = field(default_factory=lambda: BASE_CXX_FLAGS + _native_vector()[1])
     # After the source. Kernels need no libstdc++, and not linking it halves the link (~20 ms
     # per g++); code that does need it (undefined references) is relinked with g++'s defaults.

@@ -35,7 +35,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_arg
 
-from .trace import get_logger
+from .logs import get_logger
 
 aten = torch.ops.aten
 log = get_logger("compiler")

@@ -1,7 +1,7 @@
 """Data-movement lowerings: cat, constant_pad_nd, embedding, index_select, gather.
 
 Each is a Pointwise over its output that reads its inputs at remapped (or data-dependent,
-`indirect_indexing`, bounds-checked) indices; registered in lowering.LOWERINGS on import.
+`indirect_indexing`, bounds-checked) indices; registered in LOWERINGS (lowering_common.py) on import.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import functools
 import torch
 
 from . import ir
-from .lowering import _indirect, _out, register_lowering
+from .lowering_common import _indirect, _out, register_lowering
 
 aten = torch.ops.aten
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from .ir import ExternBuffer, ExternKernel, FixedLayout
-from .lowering import _out, operand, register_lowering
+from .lowering_common import _out, operand, register_lowering
 
 aten = torch.ops.aten
 

@@ -1,7 +1,7 @@
 """Reduction lowerings: sum/prod/amax/amin/argmax/argmin/any/all, max/min with indices, mean,
 var and var_mean, and the scatters of the training losses (the embedding gradient's accumulating
-_unsafe_masked_index_put_accumulate, the NLL backward's one-hot scatter.value), each registered in lowering.LOWERINGS like every other
-lowering.
+_unsafe_masked_index_put_accumulate, the NLL backward's one-hot scatter.value), each registered
+in LOWERINGS (lowering_common.py) like every other lowering.
 
 Imported at the end of lowering.py so the table is complete whenever lowering is imported.
 """
@@ -15,7 +15,7 @@ import torch
 
 from . import ir, ops as optable
 from .ir import ComputedBuffer, ExternBuffer, ExternKernel, Reduction, StorageBox, View
-from .lowering import LOWERINGS, VIEW_REINDEX, _inject, _out, operand, register_lowering, with_origin
+from .lowering_common import LOWERINGS, VIEW_REINDEX, _inject, _out, operand, register_lowering, with_origin
 
 aten = torch.ops.aten
 

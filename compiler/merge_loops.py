@@ -19,7 +19,7 @@ from __future__ import annotations
 import sympy
 
 from . import ir
-from .trace import get_logger
+from .logs import get_logger
 
 log = get_logger("schedule")
 # an innermost loop of at least 4 x 16 lanes gains little from growing

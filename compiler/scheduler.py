@@ -37,7 +37,7 @@ from .ir import ComputedBuffer, ExternKernel, Reduction, coefficient
 from .lowering import take_fusion
 from .merge_loops import Remapped, merge_loops
 from .ops import op_name
-from .trace import get_logger
+from .logs import get_logger
 
 log = get_logger("schedule")
 

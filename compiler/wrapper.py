@@ -23,11 +23,12 @@ from weakref import getweakrefcount
 
 import torch
 
-from . import torch_compat
-from .errors import KernelRuntimeError
-from .ir import Buffer, IRNode, ReinterpretView
+from . import build, prepack, torch_compat
 from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (op_table: output_code.py imports it here)
-from . import prepack
+from .config import current
+from .errors import KernelRuntimeError
+from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, format_body, index_var
+from .lowering import LOWERINGS
 from .scheduler import ExternNode, KernelGroup
 
 # ---- runtime helpers (imported by output_code.py) ----------------------------------------
@@ -35,8 +36,6 @@ from .scheduler import ExternNode, KernelGroup
 
 def load_kernels(sources: dict, nargs: dict, config=None) -> dict:
     """{kernel name: ctypes function} built from `sources` under `config`."""
-    from . import build
-    from .config import current
     config = config or current()
     libs = build.build_kernels({n: f'#include "{build.PRELUDE_NAME}"\n' + s for n, s in sources.items()}, config)
     kernels = {}
@@ -463,7 +462,6 @@ def _target_expr(target) -> str:
 # ---- debug-trace files -------------------------------------------------------------------
 
 def _describe(buffer, index, rindex, reads=None, extra="") -> list:
-    from .ir import Reduction, format_body
     data = buffer.data
     lines = [f"{buffer.name}: {type(data).__name__}{extra}",
              f"  origins: {[o.name for o in buffer.origins]}",
@@ -488,7 +486,6 @@ def _describe_extern(kernel) -> list:
 
 def ir_pre_fusion(graph) -> str:
     """Every IR operation of a lowered graph, in program order."""
-    from .ir import ExternKernel, index_var
     out = []
     for op in graph.operations:
         if isinstance(op, ExternKernel):
@@ -519,7 +516,6 @@ def ir_post_fusion(items) -> str:
 
 def write_graph_files(trace, gm, example_inputs) -> None:
     """fx_graph_readable.py, fx_graph_runnable.py (standalone) and fx_graph_transformed.py."""
-    from .lowering import LOWERINGS
     trace.write("fx_graph_readable.py", gm.print_readable(print_output=False))
     consts = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
     specs = [(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
