@@ -150,17 +150,24 @@ def exit_code_rows(readme_text: str) -> list:
 def session_commands(readme_text: str) -> list:
     """The commands of README's first session, in order, as (typed, argv): each `$ ...` line of
     its code blocks (typed; the environment assignments and a trailing `; echo ...` dropped), and
-    the `tdbg ...` commands the output suggests under `Next:` and `Minify:` (not typed)."""
+    the `tdbg ...` commands the output suggests under `Next:`, `Reproduce:` and `Minify:` (not
+    typed; their environment dropped too)."""
     commands = []
     for block in code_blocks(section(readme_text, "## A first session")):
         for line in block.splitlines():
-            if line.startswith("$ "):
-                argv = shlex.split(line[2:].split(";")[0])
-                while argv and re.match(r"[A-Z_][A-Z0-9_]*=", argv[0]):
-                    argv.pop(0)
-                commands.append((True, argv))
-            elif line.startswith("  tdbg "):
-                commands.append((False, shlex.split(line)))
+            typed = line.startswith("$ ")
+            if not (typed or line.startswith("  ")):
+                continue
+            try:
+                argv = shlex.split(line[2:].split(";")[0] if typed else line)
+            except ValueError:      # output prose ("tdbg's compiler"); a typed line must parse
+                if typed:
+                    raise
+                continue
+            while argv and re.match(r"[A-Z_][A-Z0-9_]*=", argv[0]):
+                argv.pop(0)
+            if typed or argv[:1] == ["tdbg"]:
+                commands.append((typed, argv))
     return commands
 
 
