@@ -6,17 +6,14 @@
   every page of docs/;
 - README's exit-code table is EXIT_CODES, row for row;
 - README's fresh-machine commands are what `.ci/run` runs, and the commands of its first session
-  parse as the CLI parses them and name files that exist; one of them (`tdbg run`, ~5 s) runs for
-  real and must print what README shows.
+  parse as the CLI parses them and name files that exist. (Its `tdbg run` runs for real in
+  tests/scenarios/test_readme_session.py, sharing the scenario suite's run of that command.)
 
 Each checker is a function returning what is wrong, and a test feeds it a broken input, so none
 of these tests can pass by checking nothing.
 """
-import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -293,23 +290,3 @@ def test_a_bad_session_command_is_caught():
     assert command_problems(["tdbg", "minify", "examples/nope.py", "--after", "aot"], set()) != []
     assert command_problems(["python", "foo2/repro.py"], set()) != []
     assert command_problems(["python", "foo2/repro.py"], {"foo2"}) == []
-
-
-def test_first_session_run_prints_what_readme_shows():
-    """README's `tdbg run` example, run for real (~5 s with the session's compile cache): the same
-    exit code, and every line of README's transcript that states a finding (source, FX node, the
-    mismatch, the suggested commands) is in the real output."""
-    block = next(b for b in code_blocks(section(README.read_text(), "## A first session"))
-                 if b.startswith("$ TDBG_INJECT_BUG=neg:accuracy tdbg run "))
-    first, *shown = block.splitlines()
-    argv = shlex.split(first[2:])
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TDBG_", "TORCHDYNAMO_"))}
-    env.update({k: os.environ[k] for k in ("TDBG_CACHE_DIR", "TDBG_SIMDLEN") if k in os.environ})
-    env.update(dict(a.split("=", 1) for a in argv[:1]), COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", *argv[2:]], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    real = (proc.stdout + proc.stderr).splitlines()
-    assert proc.returncode == 16, proc.stdout + proc.stderr
-    findings = [l for l in shown if l.lstrip().startswith(("source:", "fx node:", "out[0]", "tdbg "))]
-    assert len(findings) == 5, findings
-    assert [l for l in findings if l not in real] == []
