@@ -1,6 +1,6 @@
 """nn.TransformerEncoderLayer(512, 8) in eval mode with the MHA fast path off, compiled.
 
-Used by `tdbg profile examples/profile_encoder.py` (see README) and the benchmark harness row
+Used by `tdbg profile examples/profile_encoder.py` (see docs/profile.md) and the benchmark harness row
 `encoder_layer`. argv: optional batch size (default 16).
 """
 import sys

@@ -1,7 +1,7 @@
 """Every torch internal tdbg touches: one check per compat entry (compiler/torch_compat.py and
 minifier/runs/inductor_hooks.py) that it exists and behaves as tdbg assumes, and a scan of the
 sources proving no other module touches torch internals. A new torch release that moves an
-internal fails here, naming it. Run on another torch: see README "Supported torch versions"."""
+internal fails here, naming it. Run on another torch: see docs/compatibility.md."""
 import ast
 import collections
 import importlib

@@ -230,7 +230,7 @@ def test_vectorization_off_removes_every_simd_pragma(cfg):
 
 
 def test_vectorization_off_keeps_parallel_loops_and_parallel_off_removes_them():
-    """What README promises: TDBG_VECTORIZE=0 leaves `omp parallel for` (a `parallel for simd`
+    """What docs/compiler.md promises: TDBG_VECTORIZE=0 leaves `omp parallel for` (a `parallel for simd`
     loses its simd), TDBG_PARALLEL=0 as well leaves no pragma at all."""
     x = torch.randn(64, 100)
     fn = lambda x: (torch.softmax(x, -1), x.sum(0), x * 2)  # noqa: E731
