@@ -52,6 +52,7 @@ class Settings:
     copy_elements: int = 1 << 26  # the a+b bandwidth figure
     threads: int = 2
     quick: bool = False
+    dtype: str = "float32"        # models.py --dtype: the floating dtype of weights and inputs
 
 
 QUICK = dict(repeat=3, warmup=1, run_seconds=0.002, copy_elements=1 << 20, quick=True)
@@ -78,6 +79,8 @@ class Cell:
     mismatches: list = field(default_factory=list)
     # checks passed only within eager's own spread on one-ulp perturbed problems (models.py)
     within_spread: list = field(default_factory=list)
+    # models.py --dynamic: the sizes fed before this one, and what compiling them took
+    dynamic: Optional[dict] = None
 
 
 # ---------------------------------------------------------------- backends

@@ -1,6 +1,7 @@
 """Model-zoo benchmark: real `transformers` models under eager, torch's Inductor and tdbg, in one process.
 
-    python benchmarks/models.py [--only NAME]... [--tiny] [--modes inference,training]
+    python benchmarks/models.py [--only NAME]... [--tiny] [--modes inference,training,dynamic]
+                                [--dynamic] [--dtype float32|bf16|fp16]
                                 [--backends eager,torch:inductor,tdbg] [--threads 2] [--repeat N]
                                 [--batch N] [--seq-len N] [--json PATH]
 
@@ -19,6 +20,14 @@ Two modes per model:
              first step's loss and every parameter gradient are checked against eager's (float64
              reference again; a gradient may instead pass on its error norm, `gradient_mismatches`),
              and only then is it timed, interleaved with the others.
+  dynamic    (`--dynamic` = `--modes dynamic`) shapes that change, as NLP models meet them: each
+             backend's own `torch.compile(model)` (the default, automatic dynamic) is fed every
+             size of DYNAMIC_SIZES' sweep once (sequence lengths; batch sizes for vision), then
+             sizes it has not seen are checked against eager and timed, one row per size. Each
+             row's `dynamic` holds the sweep's wall time, Dynamo's graph count and tdbg's static
+             compilations (one per new shape while tdbg specializes per signature).
+`--dtype bf16|fp16` casts weights and floating inputs (eager in that dtype is the reference the
+others are checked against, with the float64 reference beside it).
 A backend that fails or mismatches is reported in its cell and never timed. The summary lines
 give geomeans of tdbg's time vs Inductor and vs eager and of its cold compile vs Inductor's,
 per mode, against issue 10's goals. `transformers` is the optional extra `.[bench]`.
@@ -44,7 +53,8 @@ from harness import Cell, Settings  # noqa: E402
 from workloads import Workload  # noqa: E402
 
 JSON_SCHEMA = "tdbg.models"
-MODES = ("inference", "training")
+MODES = ("inference", "training", "dynamic")
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SGD_LR = 1e-3
 # the tensor-level gradient rule (gradient_mismatches): error norm vs float64 at most this times
 # eager's, or than the largest over eager's steps on one-ulp perturbed copies (EagerSpread), made
@@ -55,6 +65,7 @@ SPREAD_SEED = 1000
 SEED = 0
 # issue 10's goals for tdbg: (summary key, target); time ratios are geomeans over the zoo
 GOALS = (("inference time / inductor", 0.9), ("training time / inductor", 1.0),
+         ("dynamic time / inductor", 0.9),   # issue 23: on sizes not seen before
          ("cold compile / inductor", 0.4), ("models slower than eager", 0))
 # run_seconds: the least wall time of one timed run; calls per run are calibrated on eager (tiny
 # models' single calls of a few ms are at the mercy of a shared machine's noise)
@@ -66,6 +77,13 @@ SHAPES = {
     # 64-pixel images: at 32 the last stages are 1x1, and training BatchNorm over 2 values per channel
     # is so ill-conditioned that Inductor's MobileNetV2 gradients already miss eager's by > 2x its fp64 error
     True: {"vision": (2, 64), "text": (2, 16), "seq2seq": (2, 16)},
+}
+# --dynamic: per kind, (sizes fed once each, sizes then timed: none of them fed before); the
+# sequence length for text, the batch size for vision (at SHAPES' side), full and tiny
+DYNAMIC_SIZES = {
+    False: {"text": (tuple(range(32, 129, 8)), (77, 100)), "seq2seq": (tuple(range(32, 129, 8)), (77, 100)),
+            "vision": ((2, 4, 8), (3, 6))},
+    True: {"text": ((8, 12, 16), (10,)), "seq2seq": ((8, 12, 16), (10,)), "vision": ((1, 2, 4), (3,))},
 }
 TINY_TEXT = dict(vocab_size=256, max_position_embeddings=64)
 TINY_BERT = dict(TINY_TEXT, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -175,11 +193,12 @@ def make_config(zm: ZooModel, tiny: bool):
     return cfg
 
 
-def _inputs(zm: ZooModel, cfg, shapes: dict, g) -> tuple:
+def _inputs(zm: ZooModel, cfg, shapes: dict, g, dtype: str = "float32") -> tuple:
     """(names, tensors) the model's forward takes, and its number of output classes."""
     batch, size = shapes[zm.kind]
     if zm.kind == "vision":
-        return ("pixel_values",), [torch.randn(batch, cfg.num_channels, size, size, generator=g)], cfg.num_labels
+        pixels = torch.randn(batch, cfg.num_channels, size, size, generator=g).to(DTYPES[dtype])
+        return ("pixel_values",), [pixels], cfg.num_labels
     ids = [torch.randint(cfg.vocab_size, (batch, size), generator=g)]
     if zm.kind == "seq2seq":
         return ("input_ids", "decoder_input_ids"), ids + [torch.randint(cfg.vocab_size, (batch, size), generator=g)], \
@@ -187,17 +206,19 @@ def _inputs(zm: ZooModel, cfg, shapes: dict, g) -> tuple:
     return ("input_ids",), ids, cfg.vocab_size
 
 
-def build(zm: ZooModel, tiny: bool, shapes: Optional[dict] = None, training: bool = False) -> tuple:
+def build(zm: ZooModel, tiny: bool, shapes: Optional[dict] = None, training: bool = False,
+          dtype: str = "float32") -> tuple:
     """(module, inputs): `Logits` in eval mode for inference; `Loss` in train mode with the labels
-    appended to the inputs for training. Same seed, so the same weights, for both."""
+    appended to the inputs for training. Same seed, so the same weights, for both; weights and
+    floating inputs in `dtype` (a DTYPES name)."""
     shapes = shapes or SHAPES[tiny]
     cfg = make_config(zm, tiny)
     if zm.kind == "vision" and hasattr(cfg, "image_size"):
         cfg.image_size = shapes[zm.kind][1]    # ViT's position embeddings are sized from it
     torch.manual_seed(SEED)
-    model = getattr(_transformers(), zm.model_class)(cfg)
+    model = getattr(_transformers(), zm.model_class)(cfg).to(DTYPES[dtype])
     g = torch.Generator().manual_seed(SEED)
-    names, inputs, classes = _inputs(zm, cfg, shapes, g)
+    names, inputs, classes = _inputs(zm, cfg, shapes, g, dtype)
     net = Logits(model, names)
     if not training:
         return net.eval(), inputs
@@ -405,7 +426,7 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     from tdbg.minifier.diagnose.profiling import alternate, median
     phases = Phases() if phases is None else phases
     with phases("build"):
-        initial, inputs = build(zm, settings.quick, shapes, training=True)
+        initial, inputs = build(zm, settings.quick, shapes, training=True, dtype=settings.dtype)
     with phases("float64 reference"):
         reference = fp64_gradients(initial, inputs)
     expected = None
@@ -453,12 +474,85 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
 def run_inference(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
                   phases: Optional[Phases] = None) -> list:
     """The harness's `run_workload` on the model's eval-mode logits."""
-    workload = Workload(zm.name, zm.description, lambda quick: build(zm, quick, shapes))
+    workload = Workload(zm.name, zm.description, lambda quick: build(zm, quick, shapes, dtype=settings.dtype))
     with (phases or Phases())("all"):
         return harness.run_workload(workload, backends, settings)
 
 
-RUNNERS = {"inference": run_inference, "training": run_training}
+def _sized(zm: ZooModel, shapes: dict, size: int) -> dict:
+    """`shapes` with the dimension --dynamic varies set to `size` (batch for vision, else length)."""
+    batch, side = shapes[zm.kind]
+    return dict(shapes, **{zm.kind: (size, side) if zm.kind == "vision" else (batch, size)})
+
+
+def _own_entry(net, name: str):
+    """A new function `name` calling `net`: a code object of its own, so that each backend's
+    torch.compile keeps its own Dynamo cache and automatic-dynamic state (they live on the code,
+    and Dynamo's profile-guided state is keyed by the code's file, line and name: hence `name`)."""
+    namespace = {"net": net}
+    exec(f"def {name}(*inputs):\n    return net(*inputs)\n", namespace)
+    return namespace[name]
+
+
+def run_dynamic(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
+                phases: Optional[Phases] = None) -> list:
+    """--dynamic: per backend, the sweep of DYNAMIC_SIZES fed once, then one cell per size not
+    fed before (checked against eager, then timed interleaved with the other backends)."""
+    from tdbg.compiler.torch_compat import dynamo_counters
+    from tdbg.minifier.diagnose.accuracy import fp64_reference
+    from tdbg.minifier.diagnose.profiling import alternate, median, timed
+    phases = Phases() if phases is None else phases
+    seen, unseen = DYNAMIC_SIZES[settings.quick][zm.kind]
+    with phases("build"):
+        net, _ = build(zm, settings.quick, shapes, dtype=settings.dtype)
+        cfg, g = net.model.config, torch.Generator().manual_seed(SEED)
+        feed = {n: _inputs(zm, cfg, _sized(zm, shapes, n), g, settings.dtype)[1] for n in seen + unseen}
+    with phases("eager reference"):
+        expected = {n: net(*feed[n]) for n in unseen}
+        reference = {n: fp64_reference(net, feed[n]) for n in unseen}
+    unit = "batch" if zm.kind == "vision" else "len"
+    cells = {(spec, n): Cell(f"{zm.name} {unit} {n}", spec) for spec in backends for n in unseen}
+    runners = {}
+    for spec in backends:
+        with phases(f"sweep {spec}"):
+            dynamo_counters.clear()
+            try:
+                entry = _own_entry(net, f"forward_{backends.index(spec)}_{zm.name}")
+                runner = harness.make_runner(spec, entry)
+                sweep_s = sum(timed(runner, *feed[n])[0] for n in seen)
+            except Exception as e:
+                for n in unseen:
+                    cells[(spec, n)].status, cells[(spec, n)].error = "failed", f"in the sweep: {harness.describe(e)}"
+                continue
+            for n in unseen:
+                cell = cells[(spec, n)]
+                if harness.check_cell(cell, runner, feed[n], expected[n], reference[n]) is not None:
+                    runners[(spec, n)] = harness._guarded(cell, lambda r=runner, x=feed[n]: r(*x))
+            stats = {"seen": list(seen), "sweep_s": sweep_s, "dynamo_graphs": dynamo_counters["stats"]["unique_graphs"],
+                     "tdbg_static_compiles": dynamo_counters["tdbg"]["static_specializations"]}
+            for n in unseen:
+                cells[(spec, n)].dynamic = stats
+    with phases("timed"):
+        for n in unseen:
+            mine = {spec: run for (spec, size), run in runners.items() if size == n}
+            for run in mine.values():
+                for _ in range(settings.warmup):
+                    run()
+            calibrate = mine.get("eager") or (lambda x=feed[n]: net(*x))
+            number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7)))
+            samples = alternate(mine, settings.repeat, number)
+            row = [cells[(spec, n)] for spec in backends]
+            for cell in row:
+                if cell.backend in samples and cell.status == "ok":
+                    cell.runs_s = samples[cell.backend]["seconds"]
+                    cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
+                    cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
+            harness._ratios(row, Workload(zm.name, zm.description, None), feed[n], None)
+    torch.compiler.reset()
+    return [cells[(spec, n)] for n in unseen for spec in backends]
+
+
+RUNNERS = {"inference": run_inference, "training": run_training, "dynamic": run_dynamic}
 
 
 def run(models: list, modes: list, backends: list, settings: Settings, shapes: dict, progress=None) -> dict:
@@ -473,12 +567,15 @@ def run(models: list, modes: list, backends: list, settings: Settings, shapes: d
             for mode in modes:
                 t0, phases = time.perf_counter(), Phases()
                 cells = RUNNERS[mode](zm, backends, settings, shapes, phases)
-                rows += [dict(dataclasses.asdict(c), mode=mode, model=zm.name) for c in cells]
+                # a dynamic cell is one size of the model: its workload names it ("bert_base len 77")
+                rows += [dict(dataclasses.asdict(c), mode=mode, model=c.workload if mode == "dynamic" else zm.name)
+                         for c in cells]
                 timings[f"{zm.name} {mode}"] = dict(phases, total={"wall_s": time.perf_counter() - t0})
                 if progress:
                     progress(f"{zm.name} {mode}: {time.perf_counter() - t0:.1f} s ({phases.line()})")
     return {"machine": harness.machine(), "settings": dataclasses.asdict(settings), "backends": backends,
             "modes": modes, "shapes": {k: list(v) for k, v in shapes.items()}, "startup": startup,
+            "dynamic_sizes": {k: [list(v) for v in sizes] for k, sizes in DYNAMIC_SIZES[settings.quick].items()},
             "models": {zm.name: zm.description for zm in models}, "cells": rows, "phases": timings,
             "summary": summary(rows, modes)}
 
@@ -560,7 +657,7 @@ def render(payload: dict, console=None) -> None:
     console = console or Console(width=180, highlight=False)
     m, s = payload["machine"], payload["settings"]
     console.print(f"{m['date']}  {m['cpu']}  {m['cores']} cores  torch {m['torch']}  threads={s['threads']}  "
-                  f"repeat={s['repeat']}  shapes={payload['shapes']}")
+                  f"repeat={s['repeat']}  dtype={s.get('dtype', 'float32')}  shapes={payload['shapes']}")
     for st in payload["startup"]:
         text = f"error {st['error']}" if "error" in st else f"{st['startup_s']:.3f} s"
         console.print(f"start-up {st['backend']}: {text}")
@@ -569,15 +666,34 @@ def render(payload: dict, console=None) -> None:
     for r in payload["cells"]:
         table.add_row(*row_cells(r))
     console.print(table)
+    for line in dynamic_lines(payload["cells"]):
+        console.print(line, soft_wrap=True)
     for line in summary_lines(payload["summary"]):
         console.print(line, soft_wrap=True)
+
+
+def dynamic_lines(rows: list) -> list:
+    """Per model and backend of the dynamic mode, what feeding the sweep cost."""
+    lines, done = [], set()
+    for r in rows:
+        d = r.get("dynamic")
+        key = (r["model"].rsplit(" ", 2)[0], r["backend"])
+        if r["mode"] != "dynamic" or not d or key in done:
+            continue
+        done.add(key)
+        lines.append(f"dynamic {key[0]} {harness._label(r['backend'])}: {len(d['seen'])} sizes fed in "
+                     f"{d['sweep_s']:.1f} s; Dynamo graphs {d['dynamo_graphs']}, tdbg static compilations "
+                     f"{d['tdbg_static_compiles']}")
+    return lines
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", action="append", choices=sorted(BY_NAME), help="run only this model (repeatable)")
     p.add_argument("--tiny", action="store_true", help="tiny configs and few repeats (smoke runs, tests)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated: inference, training")
+    p.add_argument("--modes", default="inference,training", help="comma-separated: " + ", ".join(MODES))
+    p.add_argument("--dynamic", action="store_true", help="the dynamic mode alone (= --modes dynamic)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights' and floating inputs' dtype")
     p.add_argument("--backends", default=",".join(harness.DEFAULT_BACKENDS), help="comma-separated backend specs")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and tdbg's num_threads")
     p.add_argument("--repeat", type=int, help="timed runs per backend")
@@ -585,7 +701,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, help="sequence length (text) / image side (vision) for every model")
     p.add_argument("--json", dest="json_path", help="write the results as JSON")
     args = p.parse_args(argv)
-    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.modes = ["dynamic"] if args.dynamic else [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes takes a comma-separated subset of {', '.join(MODES)}; got {bad or 'nothing'}")
@@ -599,7 +715,8 @@ def shapes_for(args) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    changes = dict(TINY_SETTINGS if args.tiny else DEFAULT_SETTINGS, quick=args.tiny, threads=args.threads)
+    changes = dict(TINY_SETTINGS if args.tiny else DEFAULT_SETTINGS, quick=args.tiny, threads=args.threads,
+                   dtype=args.dtype)
     if args.repeat is not None:
         changes["repeat"] = args.repeat
     models = [BY_NAME[n] for n in args.only] if args.only else list(ZOO)

@@ -292,6 +292,8 @@ class _Specializer:
             if len(self.cache) >= self.MAX:
                 return lambda a: _flat(self.gm(*a))
             static = specialize(self.gm, args)
+            from .torch_compat import dynamo_counters   # benchmarks/models.py --dynamic counts them
+            dynamo_counters["tdbg"]["static_specializations"] += 1
             name = f"{self.name}_s{len(self.cache)}"
             from .trace import compile_scope
             with compile_scope(self.compile_id):

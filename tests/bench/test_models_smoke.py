@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import sys
+import types
 
 import pytest
 import torch
@@ -112,3 +113,46 @@ def test_missing_transformers_is_one_clear_error(monkeypatch, capsys):
         m.main(["--tiny", "--only", MODEL, "--backends", "eager"])
     assert exit_info.value.code == 3
     assert "pip install -e '.[bench]'" in capsys.readouterr().err
+
+
+def test_dynamic_mode_feeds_the_sweep_then_checks_and_times_sizes_not_seen(monkeypatch):
+    """run_dynamic on a small embedding + linear model (standing in for a zoo model): each
+    backend's own torch.compile is fed the sweep, then the unseen size is checked and timed.
+    The counts are today's tdbg: automatic dynamic gives Dynamo a static graph, then a dynamic
+    one, which tdbg compiles once per concrete length (12 in the sweep, then 10)."""
+    m = _models()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lin = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 4)
+            self.model = types.SimpleNamespace(config=None)
+
+        def forward(self, ids):
+            return torch.relu(self.lin(self.emb(ids))).softmax(-1)
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, dtype: (net, None))
+    monkeypatch.setattr(m, "_inputs", lambda zm, cfg, shapes, g, dtype: (
+        ("input_ids",), [torch.randint(32, shapes["text"], generator=g)], 32))
+    monkeypatch.setattr(m, "DYNAMIC_SIZES", {True: {"text": ((8, 12), (10,))}})
+    cells = m.run_dynamic(m.BY_NAME[MODEL], ["eager", "tdbg"], m.Settings(repeat=2, warmup=1, quick=True),
+                          m.SHAPES[True])
+    assert [(c.workload, c.backend, c.status) for c in cells] == [
+        (f"{MODEL} len 10", "eager", "ok"), (f"{MODEL} len 10", "tdbg", "ok")], [c.error for c in cells]
+    eager, tdbg = (c.dynamic for c in cells)
+    assert (eager["seen"], eager["dynamo_graphs"], eager["tdbg_static_compiles"]) == ([8, 12], 0, 0)
+    assert (tdbg["seen"], tdbg["dynamo_graphs"], tdbg["tdbg_static_compiles"]) == ([8, 12], 2, 2)
+    assert all(len(c.runs_s) == 2 and c.median_s > 0 for c in cells)
+    assert cells[1].speedup_vs_eager == pytest.approx(cells[0].median_s / cells[1].median_s)
+
+
+@pytest.mark.parametrize("dtype,torch_dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_dtype_casts_weights_and_floating_inputs_only(dtype, torch_dtype):
+    m = _models()
+    net, (pixels,) = m.build(m.BY_NAME["vit_base"], True, dtype=dtype)
+    assert {p.dtype for p in net.parameters()} == {torch_dtype} and pixels.dtype == torch_dtype
+    net, (ids,) = m.build(m.BY_NAME[MODEL], True, dtype=dtype)
+    assert {p.dtype for p in net.parameters()} == {torch_dtype} and ids.dtype == torch.int64
+    assert m.parse_args(["--dtype", dtype, "--dynamic"]).modes == ["dynamic"]
