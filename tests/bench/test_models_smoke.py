@@ -64,7 +64,7 @@ def test_wrong_gradient_is_a_mismatch_not_a_time(monkeypatch):
     torch.manual_seed(0)
     net = m.Loss(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))).train()
     inputs = [torch.randn(6, 8), torch.tensor([0, 1, 2, 3, 0, 1])]
-    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training: (net, inputs))
+    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training, dtype: (net, inputs))
     settings = m.Settings(repeat=2, warmup=1, quick=True)
     cells = m.run_training(m.BY_NAME[MODEL], ["eager", WRONG_GRAD], settings, m.SHAPES[True])
     eager, wrong = cells
