@@ -40,10 +40,12 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
                    JSON_SCHEMA, JSON_VERSION)
         fail(problem, "bad_input")
     from tdbg.minifier.diagnose.explain import build_report, exceeded
+    from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script
     with doing(f"the run of {script} with backend {backend}"):
         verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
-                                        timeout=timeout, stdout_to_stderr=json_path == "-"))
+                                        timeout=timeout, stdout_to_stderr=json_path == "-",
+                                        quiet_compiler_log=traces_for_page_only()))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)

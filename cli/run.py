@@ -77,12 +77,14 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     if tdbg_logs:
         changes["logs"] = sorted({p.lstrip("+") for p in tdbg_logs})
         changes["verbose_logs"] = sorted({p.lstrip("+") for p in tdbg_logs if p.startswith("+")})
+    from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script, parse_torch_logs
     repro = _repro(repro_after, repro_level, out_dir)
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
                          check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
-                         timeout=timeout, stdout_to_stderr=json_path == "-")
+                         timeout=timeout, stdout_to_stderr=json_path == "-",
+                         quiet_compiler_log=not debug and traces_for_page_only())
     with _io_folder(save_io, kernel_tests) as io_dir:
         request.save_io, request.save_io_profile = io_dir, profile_io
         with doing(f"the run of {script} with backend {backend}"):

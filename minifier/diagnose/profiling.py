@@ -392,22 +392,29 @@ def _entries(folder: str) -> set:
     return set(os.listdir(folder)) if os.path.isdir(folder) else set()
 
 
-@contextlib.contextmanager
-def _quiet_compiler_log(cfg):
-    """Drop the `compiler` channel's records while profiling: `debug=True` (for the stage times)
-    turns that channel on, but the user asked for a profile, not compiler logs — unless the
+def drop_compiler_log(cfg):
+    """Drop the `compiler` channel's records from now on (returns the filter, None when kept):
+    `debug=True` turns that channel on, but a command that switches the debug traces on for its
+    own use (profile's stage times, --html's page) was not asked for compiler logs — unless the
     config (TDBG_LOGS=compiler) asks for them."""
     if "compiler" in cfg.logs:
-        yield
-        return
+        return None
     import logging
-    logger = logging.getLogger("tdbg.compiler")
     drop = _DropAll()
-    logger.addFilter(drop)
+    logging.getLogger("tdbg.compiler").addFilter(drop)
+    return drop
+
+
+@contextlib.contextmanager
+def _quiet_compiler_log(cfg):
+    """drop_compiler_log while profiling."""
+    drop = drop_compiler_log(cfg)
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        if drop is not None:
+            import logging
+            logging.getLogger("tdbg.compiler").removeFilter(drop)
 
 
 class _DropAll:
