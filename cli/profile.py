@@ -14,7 +14,6 @@ from tdbg.cli.console import doing, err, exit_codes_help, fail, now_doing, out, 
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
-TABLE_WIDTH = 120   # kernel names are long
 EAGER_PROFILER_ROWS = 8
 
 
@@ -157,13 +156,9 @@ def _render_profile(rows: list, limit: int, title: str) -> None:
 
 
 def _table(table) -> None:
-    """A terminal keeps its width; piped or captured output gets room for long kernel names."""
-    c = out()
-    if c.is_terminal:
-        c.print(table)
-        return
-    from rich.console import Console
-    Console(width=max(c.width, TABLE_WIDTH), highlight=False, no_color=True).print(table)
+    """Through out(): a terminal keeps its width; piped or captured output is wide enough for long
+    kernel names (console.PIPE_WIDTH), and --html records it."""
+    out().print(table)
 
 
 def _render_flags(flags: list) -> None:
