@@ -21,7 +21,9 @@ EAGER_PROFILER_ROWS = 8
 @script_arguments
 @backend_option()
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
-              help="Timed calls of each compiled callable (and of its eager original), alternating.")
+              help="Timed samples of each compiled callable and of its eager original, alternating, after both "
+                   "are warmed up until their times settle (a sample batches calls shorter than 1 ms); "
+                   "timings too spread, or taken while other processes kept the CPUs busy, are marked NOISY.")
 @click.option("--trace", "trace_path", metavar="PATH",
               help="Chrome trace file to write (default: <script>-<time>.trace.json in the current directory).")
 @json_option
@@ -95,12 +97,13 @@ def render(report, start: str) -> None:
     c = out()
     c.print(f"[bold]tdbg profile[/] {escape(report.script)}  backend={report.backend}  "
             f"iterations={report.iterations}  {start}")
-    t = Table(title="time per call (medians, alternating eager/compiled)")
+    t = Table(title="time per call (medians after warm-up, alternating eager/compiled)")
     for col in ("callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s", "faults/call"):
         t.add_column(col, justify="left" if col == "callable" else "right")
     for cp in report.callables:
         t.add_row(escape(cp.label), str(cp.calls_in_script), _ms(cp.eager_s), _ms(cp.compiled_s),
-                  "-" if cp.speedup is None else f"{cp.speedup:.2f}x", f"{cp.first_call_s:.3f}",
+                  "-" if cp.speedup is None else f"{cp.speedup:.2f}x" + (" NOISY" if cp.noisy else ""),
+                  f"{cp.first_call_s:.3f}",
                   "-" if cp.minor_faults_per_call is None else f"{cp.minor_faults_per_call:.0f}")
     _table(t)
     c.print(f"script wall time: eager {report.eager_script_s:.3f} s, compiled {report.compiled_script_s:.3f} s "
