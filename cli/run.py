@@ -149,7 +149,7 @@ def _kernel_tests(io_dir: str, out_dir: str, verdict: dict) -> dict:
         result = write_kernel_tests(io_dir, out_dir)
     except TdbgError as e:
         return {"dir": out_dir, "error": str(e)}
-    return {"dir": out_dir, "files": list(result.files), "kernels": int(result.kernels),
+    return {"dir": out_dir, "files": list(result.files), "kernels": int(result.kernels), "command": result.command,
             "skipped": [{"graph": g, "reason": r} for g, r in result.skipped]}
 
 
@@ -328,7 +328,7 @@ def _save_io_lines(verdict: dict) -> None:
         if tests.get("error"):
             c.print(f"  [bold yellow]kernel tests not written:[/] {escape(tests['error'])}")
         else:
-            run = f" (run: pytest {escape(tests['dir'])})" if tests["files"] else ""
+            run = f" (run: {escape(tests['command'])})" if tests.get("command") else ""
             c.print(f"  [bold]kernel tests:[/] {len(tests['files'])} file(s) for {tests['kernels']} kernel(s) in "
                     f"{escape(tests['dir'])}{run}")
         for skip in tests.get("skipped") or []:
