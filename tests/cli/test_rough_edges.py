@@ -166,3 +166,34 @@ def test_profile_times_after_warm_up():
     calls["eager"] = 0       # the script's call above ran the compiled one: eager is cold
     p = _time_callable(c, 10)
     assert p.eager_s < 0.005
+
+
+# ---------------------------------------------------------------- explain's counts (item 5)
+
+def _graph(index, frame, ops):
+    return {"index": index, "frame": frame, "ops": ops, "lines": [], "reason": "", "graph_break": False, "stack": []}
+
+
+def test_explain_counts_the_graphs_it_lists_and_says_why_a_piece_has_two(monkeypatch):
+    """toy_example said "3 graph(s) (4 compiled...)" and listed graphs 0-3: the count is now the
+    graphs listed, and each extra graph of a piece says why it exists."""
+    from tdbg.cli import explain as cli_explain
+    from tdbg.minifier.diagnose.explain import build_report
+    resume = "torch_dynamo_resume_in_toy_example_at_8"
+    verdict = {"status": "ok", "graphs": [
+        _graph(0, "toy_example", ["abs"]), _graph(1, "torch_dynamo_resume_in_toy_example_at_7", ["lt"]),
+        _graph(2, resume, ["mul"]), _graph(3, resume, ["mul", "mul"]), _graph(4, resume, ["mul"])],
+        "recompiles": [{"frame": resume, "file": "t.py", "line": 8, "reason": "0/0: tensor 'x' size mismatch at index 0."
+                        " expected 8, actual 16", "graphs_before": 4}]}
+    report = build_report(verdict)
+    (fn,) = report["functions"]
+    assert [(g["again"], g["again_of"]) for g in fn["graphs"]] == [
+        (None, None), (None, None), (None, None), ("other_path", 2), ("recompile", 2)]
+    monkeypatch.setattr(console, "_out", console._console(file=io.StringIO()))
+    cli_explain.render(report, verdict, [], "t.py")
+    lines = console._out.file.getvalue().splitlines()
+    assert lines[0] == "t.py: 1 compiled function(s), 5 graph(s) for 3 piece(s), 0 graph break(s), 1 recompile(s)"
+    assert "toy_example: 5 graph(s) for 3 piece(s), 0 graph break(s), 1 recompile(s)" in lines
+    assert f"  graph 3 ({resume}; graph 2's piece again, reached another way, e.g. the other side of a branch): " \
+           "2 op(s): mul x2" in lines
+    assert f"  graph 4 ({resume}; recompile of graph 2's piece: a guard failed): 1 op(s): mul" in lines
