@@ -197,3 +197,17 @@ def test_explain_counts_the_graphs_it_lists_and_says_why_a_piece_has_two(monkeyp
     assert f"  graph 3 ({resume}; graph 2's piece again, reached another way, e.g. the other side of a branch): " \
            "2 op(s): mul x2" in lines
     assert f"  graph 4 ({resume}; recompile of graph 2's piece: a guard failed): 1 op(s): mul" in lines
+
+
+# ---------------------------------------------------------------- repro.py's verdict (item 6)
+
+def test_a_repro_that_cannot_run_says_why_once(monkeypatch, capsys):
+    """A repro.py run where tdbg does not import printed its "install tdbg" message twice (the
+    verdict line, then the same message as evidence), after "cannot run: cannot run"."""
+    from tdbg.repro_templates import runtime
+    message = ("this repro compiles with tdbg's own compiler, and tdbg does not import here (no tdbg); "
+               "install tdbg (pip install tdbg) to run it")
+    monkeypatch.setattr(runtime, "_in_child", lambda namespace, timeout: runtime.outcome(
+        "cannot_run", exc_type="CannotRun", message=message))
+    assert runtime.run_repro({"EXPECTED": None}, []) == 3
+    assert capsys.readouterr().out == f"Cannot run this repro: {message}\n"
