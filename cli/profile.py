@@ -25,7 +25,8 @@ EAGER_PROFILER_ROWS = 8
                    "are warmed up until their times settle (a sample batches calls shorter than 1 ms); "
                    "timings too spread, or taken while other processes kept the CPUs busy, are marked NOISY.")
 @click.option("--trace", "trace_path", metavar="PATH",
-              help="Chrome trace file to write (default: <script>-<time>.trace.json in the current directory).")
+              help="Chrome trace file to write (default: <script>.trace.json in a new temporary folder, named at "
+                   "the end; never in the current folder). An existing file is refused unless --force.")
 @json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
 @click.option("--debug", is_flag=True,
@@ -42,12 +43,8 @@ def profile(script, args, backend, iterations, trace_path, json_path, force, deb
     """
     require_script(script)
     check_backend(backend)
-    stem = os.path.splitext(os.path.basename(script))[0]
-    trace_path = trace_path or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.trace.json"
-    if os.path.exists(trace_path) and not os.path.isdir(trace_path) and not force:
-        fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
-    check_output_file(trace_path, "--trace")
     check_output_file(json_path, "--json")
+    chosen, trace_path = trace_path, _trace_path(script, trace_path, force)
     config = base_config()
     debug_dir = config.debug_dir if debug or config.debug else None
     check_output_dir(debug_dir, "--debug (TDBG_DEBUG_DIR)", must_be_empty=False)
@@ -64,8 +61,22 @@ def profile(script, args, backend, iterations, trace_path, json_path, force, deb
     except ScriptFailed as e:
         _script_failed(e)
     if json_path != "-":      # with --json -, stdout carries only the JSON document
-        render(report, start)
+        render(report, start, "" if chosen else " (a new temporary folder; --trace PATH writes it elsewhere)")
     write_json(json_path, dict(report.to_dict(), date=start), JSON_SCHEMA)
+
+
+def _trace_path(script: str, given, force: bool) -> str:
+    """Where the Chrome trace goes, checked before any work: --trace PATH (an existing file only
+    with --force), else <script>.trace.json in a new temporary folder (a run must not leave files
+    in the folder it was started from)."""
+    if given:
+        if os.path.exists(given) and not os.path.isdir(given) and not force:
+            fail(f"{given} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
+        check_output_file(given, "--trace")
+        return given
+    import tempfile
+    stem = os.path.splitext(os.path.basename(script))[0]
+    return os.path.join(tempfile.mkdtemp(prefix="tdbg-profile-"), f"{stem}.trace.json")
 
 
 def _script_failed(e) -> None:
@@ -91,7 +102,7 @@ def _us(us) -> str:
     return f"{us / 1e3:.3f}ms" if us >= 1000 else f"{us:.1f}us"
 
 
-def render(report, start: str) -> None:
+def render(report, start: str, trace_note: str = "") -> None:
     from rich.markup import escape
     from rich.table import Table
     c = out()
@@ -113,7 +124,7 @@ def render(report, start: str) -> None:
     if report.time_split:
         c.print("compiled self CPU time: " + ", ".join(f"{name} {share:.0%}" for name, share in report.time_split.items()))
     _render_profile(report.eager_profiler_rows, EAGER_PROFILER_ROWS, "torch.profiler, eager (self CPU time)")
-    c.print(f"Chrome trace: {escape(str(report.trace_path))}")
+    c.print(f"Chrome trace: {escape(str(report.trace_path))}{trace_note}")
     if report.debug_dir and os.path.isdir(report.debug_dir):
         c.print(f"compiler debug traces (output_code.py, debug.log per graph): {escape(report.debug_dir)}")
     elif report.backend == "inductor":

@@ -211,3 +211,29 @@ def test_a_repro_that_cannot_run_says_why_once(monkeypatch, capsys):
         "cannot_run", exc_type="CannotRun", message=message))
     assert runtime.run_repro({"EXPECTED": None}, []) == 3
     assert capsys.readouterr().out == f"Cannot run this repro: {message}\n"
+
+
+# ---------------------------------------------------------------- profile's trace file (item 7)
+
+def test_profile_trace_goes_to_a_new_temporary_folder_never_the_current_one(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from tdbg.cli.profile import _trace_path
+    monkeypatch.chdir(tmp_path)
+    path = _trace_path("examples/foo1.py", None, False)
+    assert os.path.basename(path) == "foo1.trace.json" and os.listdir(os.path.dirname(path)) == []
+    assert os.path.dirname(os.path.dirname(path)) == tempfile.gettempdir() and os.listdir(tmp_path) == []
+    os.rmdir(os.path.dirname(path))
+    assert _trace_path("x.py", "mine.json", False) == "mine.json"
+
+
+def test_profile_never_overwrites_a_trace_file_without_force(tmp_path, capsys):
+    from tdbg.cli.profile import _trace_path
+    mine = tmp_path / "mine.json"
+    mine.write_text("keep")
+    with pytest.raises(SystemExit) as done:
+        _trace_path("x.py", str(mine), False)
+    assert done.value.code == console.exit_code("usage") and mine.read_text() == "keep"
+    assert f"{mine} already exists; pass --force" in capsys.readouterr().err
+    assert _trace_path("x.py", str(mine), True) == str(mine)
