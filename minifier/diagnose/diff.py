@@ -146,7 +146,13 @@ def _timing(a: SavedGraph, b: SavedGraph, slower_ratio: float) -> Optional[dict]
     ta, tb = (g.meta.get("timing") or {} for g in (a, b))
     timing_a, timing_b = from_saved(ta), from_saved(tb)
     if timing_a is None or timing_b is None or not timing_a.median_s:
-        return None
+        if not ta.get("median_s") or not tb.get("median_s"):
+            return None
+        # a folder from before samples were saved: a median alone cannot be judged
+        return {"a_s": ta["median_s"], "b_s": tb["median_s"], "a_samples": ta.get("samples"),
+                "b_samples": tb.get("samples"), "ratio": tb["median_s"] / ta["median_s"], "verdict": "noisy",
+                "why": "a folder saved its median without the samples, so its spread is unknown", "slower": False,
+                "kernels": None}
     verdict = compare_times(timing_a, timing_b, slower_ratio)
     kernels_a, kernels_b = ta.get("per_kernel") or {}, tb.get("per_kernel") or {}
     kernels = []

@@ -237,3 +237,17 @@ def test_profile_never_overwrites_a_trace_file_without_force(tmp_path, capsys):
     assert done.value.code == console.exit_code("usage") and mine.read_text() == "keep"
     assert f"{mine} already exists; pass --force" in capsys.readouterr().err
     assert _trace_path("x.py", str(mine), True) == str(mine)
+
+
+def test_a_median_without_samples_is_not_compared(tmp_path):
+    from tdbg.minifier.diagnose.diff import diff_saved
+    import json
+    import os
+    a = _saved_folder(tmp_path / "a", _quiet([1.0] * 10))
+    b = _saved_folder(tmp_path / "b", _quiet([3.0] * 10))
+    meta_path = os.path.join(a, "g0_forward_c1", "meta.json")
+    meta = json.load(open(meta_path))
+    meta["timing"] = {"median_s": 0.001, "min_s": 0.001, "samples": 5, "per_kernel": None}   # an older folder
+    json.dump(meta, open(meta_path, "w"))
+    (g,) = diff_saved(a, b).graphs
+    assert (g.timing["verdict"], g.timing["slower"]) == ("noisy", False)
