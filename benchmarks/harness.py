@@ -81,6 +81,9 @@ class Cell:
     within_spread: list = field(default_factory=list)
     # models.py --dynamic: the sizes fed before this one, and what compiling them took
     dynamic: Optional[dict] = None
+    # NOISY: why this cell's time cannot be compared (a busy machine, widely spread runs), or None
+    # (tdbg.minifier.diagnose.timing.noisy_reason, as tdbg profile and tdbg diff judge timings)
+    noisy: Optional[str] = None
 
 
 # ---------------------------------------------------------------- backends
@@ -109,7 +112,7 @@ def describe(e: BaseException) -> str:
 def copy_bandwidth(n: int, repeat: int) -> dict:
     """GB/s of torch.add(a, b, out=c) on n float32 elements (reads 2n, writes n; no allocation)."""
     import torch
-    from tdbg.minifier.diagnose.profiling import alternate, median
+    from tdbg.minifier.diagnose.timing import alternate, median
     a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
     for _ in range(3):
         torch.add(a, b, out=c)
@@ -120,7 +123,7 @@ def copy_bandwidth(n: int, repeat: int) -> dict:
 def fault_cost(n: int, repeat: int = 5) -> dict:
     """Seconds per minor page fault: filling fresh (just mapped) memory minus filling touched memory."""
     import torch
-    from tdbg.minifier.diagnose.profiling import median, timed
+    from tdbg.minifier.diagnose.timing import median, timed
     touched = torch.empty(n)
     touched.fill_(1.0)
     fresh, warm, faults = [], [], []
@@ -138,7 +141,7 @@ def fault_cost(n: int, repeat: int = 5) -> dict:
 def startup_cost(spec: str) -> dict:
     """One-off start-up of a compiling backend: first trivial compile minus a second trivial compile."""
     import torch
-    from tdbg.minifier.diagnose.profiling import timed
+    from tdbg.minifier.diagnose.timing import timed
     x = torch.randn(8)
     compiles = []
     try:
@@ -157,7 +160,7 @@ def startup_cost(spec: str) -> dict:
 def check_cell(cell: Cell, runner, inputs, expected, reference):
     """First (cold) call, then a warm one; compare with eager. Returns the runner when it passed."""
     from tdbg.minifier.diagnose.accuracy import compare
-    from tdbg.minifier.diagnose.profiling import timed
+    from tdbg.minifier.diagnose.timing import timed
     try:
         cell.first_call_s, _, result = timed(runner, *inputs)
         warm = timed(runner, *inputs)[0]
@@ -176,7 +179,7 @@ def check_cell(cell: Cell, runner, inputs, expected, reference):
 def run_workload(w, backends: list, settings: Settings) -> list:
     import torch
     from tdbg.minifier.diagnose.accuracy import fp64_reference
-    from tdbg.minifier.diagnose.profiling import alternate, median, timed
+    from tdbg.minifier.diagnose.timing import CpuWatch, alternate, timed
     fn, inputs = w.build(settings.quick)
     expected = fn(*inputs)
     reference = fp64_reference(fn, inputs)
@@ -192,20 +195,28 @@ def run_workload(w, backends: list, settings: Settings) -> list:
         runner = check_cell(cell, runner, inputs, expected, reference)
         if runner is not None:
             runners[spec] = _guarded(cell, lambda r=runner: r(*inputs))
+    watch = CpuWatch()
     for run in runners.values():
         for _ in range(settings.warmup):
             run()
     calibrate = runners.get("eager") or (lambda: fn(*inputs))
     number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7)))
     samples = alternate(runners, settings.repeat, number)
+    fill_timed(cells, samples, watch.share())
+    _ratios(cells, w, inputs, expected)
+    torch.compiler.reset()
+    return cells
+
+
+def fill_timed(cells: list, samples: dict, busy_share: Optional[float]) -> None:
+    """Each timed cell's runs, median, faults and NOISY verdict (the one rule tdbg's commands use)."""
+    from tdbg.minifier.diagnose.timing import median, noisy_reason
     for cell in cells:
         if cell.backend in samples and cell.status == "ok":
             cell.runs_s = samples[cell.backend]["seconds"]
             cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
             cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
-    _ratios(cells, w, inputs, expected)
-    torch.compiler.reset()
-    return cells
+            cell.noisy = noisy_reason(cell.runs_s, busy_share)
 
 
 def _guarded(cell: Cell, run):
@@ -351,7 +362,7 @@ def cell_row(c: dict) -> list:
             _fmt(c["time_vs_inductor"], ".2f", "x"), _fmt(c["compile_s"], ".3f"),
             _fmt(c["gbps"], ".1f") + ("" if frac is None else f" ({frac:.0%})"),
             _fmt(c["minor_faults_per_call"], ".0f") + ("" if not c["fault_share"] else f" ({c['fault_share']:.0%})"),
-            "ok"]
+            "ok" if not c.get("noisy") else f"ok; NOISY: {c['noisy']}"]
 
 
 COLUMNS = ("workload", "backend", "ms/call", "speedup vs eager", "time / inductor", "cold compile s",

@@ -375,7 +375,7 @@ def check_training(cell: Cell, spec: str, initial, inputs: list, expected: Optio
     compare the first step's loss and gradients with `expected` (`gradient_mismatches` with
     `spread`; None: this run is eager's, the one the others are compared with). Returns (step,
     warm step seconds, (loss, gradients)) when it passed, else None."""
-    from tdbg.minifier.diagnose.profiling import timed
+    from tdbg.minifier.diagnose.timing import timed
     net = copy.deepcopy(initial)
     params = dict(net.named_parameters())
     try:
@@ -423,7 +423,7 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     Eager's own checked step (when eager is a backend) gives the loss and gradients the others
     are compared with, and the checks' warm steps count as the first warm-up step and set the
     calls per timed run: no step is run only to be thrown away."""
-    from tdbg.minifier.diagnose.profiling import alternate, median
+    from tdbg.minifier.diagnose.timing import CpuWatch, alternate
     phases = Phases() if phases is None else phases
     with phases("build"):
         initial, inputs = build(zm, settings.quick, shapes, training=True, dtype=settings.dtype)
@@ -452,6 +452,7 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     if spread is not None and spread.runs:
         # part of the checks' time, shown apart: it is spent only when a gradient needs it
         phases["eager spread"] = {"wall_s": spread.wall_s, "cpu_s": spread.cpu_s, "runs": spread.runs}
+    watch = CpuWatch()
     with phases("warm-up"):
         for step in steps.values():
             for _ in range(settings.warmup - 1):
@@ -460,11 +461,7 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     number = max(1, math.ceil(settings.run_seconds / max(calibrate, 1e-7))) if calibrate else 1
     with phases("timed"):
         samples = alternate({s: steps[s] for s in backends if s in steps}, settings.repeat, number)
-    for cell in cells.values():
-        if cell.backend in samples and cell.status == "ok":
-            cell.runs_s = samples[cell.backend]["seconds"]
-            cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
-            cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
+    harness.fill_timed(list(cells.values()), samples, watch.share())
     cells = [cells[spec] for spec in backends]
     harness._ratios(cells, Workload(zm.name, zm.description, None), inputs, None)
     torch.compiler.reset()
@@ -500,7 +497,7 @@ def run_dynamic(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     fed before (checked against eager, then timed interleaved with the other backends)."""
     from tdbg.compiler.torch_compat import dynamo_counters
     from tdbg.minifier.diagnose.accuracy import fp64_reference
-    from tdbg.minifier.diagnose.profiling import alternate, median, timed
+    from tdbg.minifier.diagnose.timing import CpuWatch, alternate, timed
     phases = Phases() if phases is None else phases
     seen, unseen = DYNAMIC_SIZES[settings.quick][zm.kind]
     with phases("build"):
@@ -535,18 +532,14 @@ def run_dynamic(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     with phases("timed"):
         for n in unseen:
             mine = {spec: run for (spec, size), run in runners.items() if size == n}
+            watch = CpuWatch()
             for run in mine.values():
                 for _ in range(settings.warmup):
                     run()
             calibrate = mine.get("eager") or (lambda x=feed[n]: net(*x))
             number = max(1, math.ceil(settings.run_seconds / max(timed(calibrate)[0], 1e-7)))
-            samples = alternate(mine, settings.repeat, number)
             row = [cells[(spec, n)] for spec in backends]
-            for cell in row:
-                if cell.backend in samples and cell.status == "ok":
-                    cell.runs_s = samples[cell.backend]["seconds"]
-                    cell.median_s, cell.min_s = median(cell.runs_s), min(cell.runs_s)
-                    cell.minor_faults_per_call = median(samples[cell.backend]["faults"])
+            harness.fill_timed(row, alternate(mine, settings.repeat, number), watch.share())
             harness._ratios(row, Workload(zm.name, zm.description, None), feed[n], None)
     torch.compiler.reset()
     return [cells[(spec, n)] for n in unseen for spec in backends]
@@ -648,7 +641,8 @@ def row_cells(r: dict) -> list:
         return head + [""] * 4 + [f"{r['status'].upper()}: {r['error']}"]
     return head + [harness._fmt(r["median_s"] * 1e3, ".3f"), harness._fmt(r["speedup_vs_eager"], ".2f", "x"),
                    harness._fmt(r["time_vs_inductor"], ".2f", "x"), harness._fmt(r["compile_s"], ".3f"),
-                   f"ok ({len(r['within_spread'])} within eager's 1-ulp spread)" if r.get("within_spread") else "ok"]
+                   (f"ok ({len(r['within_spread'])} within eager's 1-ulp spread)" if r.get("within_spread") else "ok")
+                   + (f"; NOISY: {r['noisy']}" if r.get("noisy") else "")]
 
 
 def render(payload: dict, console=None) -> None:

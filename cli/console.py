@@ -95,12 +95,36 @@ def current_activity() -> Optional[str]:
     return _activity[-1] if _activity else None
 
 
+# Width of a console that is not a terminal (a pipe, a CI log, a file): tables size to their
+# contents up to this, so names (backends, kernels) stay whole on one line and can be copied;
+# a terminal keeps its own width.
+PIPE_WIDTH = 1000
+
+
+def _console(**kwargs):
+    """A rich Console that is PIPE_WIDTH wide whenever its file is not a terminal (checked at
+    each print: a test's runner or a redirect may swap sys.stdout after it was made)."""
+    from rich.console import Console, ConsoleDimensions
+
+    class _Console(Console):
+        @property
+        def size(self):
+            if self._width is None and not self.is_terminal:
+                return ConsoleDimensions(PIPE_WIDTH, super().size.height)
+            return super().size
+
+        @size.setter
+        def size(self, new_size):
+            Console.size.fset(self, new_size)
+
+    return _Console(highlight=False, soft_wrap=True, **kwargs)
+
+
 def out():
     """The stdout console (rich), created on first use."""
     global _out
     if _out is None:
-        from rich.console import Console
-        _out = Console(highlight=False, soft_wrap=True)
+        _out = _console()
     return _out
 
 
@@ -120,8 +144,7 @@ def hush(on: bool = True) -> None:
 def err():
     global _err
     if _err is None:
-        from rich.console import Console
-        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+        _err = _console(stderr=True)
     return _err
 
 

@@ -13,8 +13,9 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.diff", 1
 @click.argument("dir_a", type=click.Path())
 @click.argument("dir_b", type=click.Path())
 @click.option("--slower", "slower_ratio", type=click.FloatRange(1.0, min_open=True), default=1.25, show_default=True,
-              metavar="RATIO", help="Call a graph slower when B's median call time is RATIO times A's (needs "
-                                    "timings: `tdbg run --save-io DIR --profile`).")
+              metavar="RATIO", help="Call a graph slower (or faster) when B's median call time is RATIO times "
+                                    "A's (or 1/RATIO) and the runs' spreads do not overlap; never when either "
+                                    "run's timings are NOISY (needs timings: `tdbg run --save-io DIR --profile`).")
 @common.json_option
 def diff(dir_a, dir_b, slower_ratio, json_path):
     """Which graphs changed structure, which outputs changed beyond tolerance, which got slower.
@@ -22,7 +23,8 @@ def diff(dir_a, dir_b, slower_ratio, json_path):
     Graphs are matched by name. Outputs are compared where both runs gave the graph the same
     inputs (B's compiled outputs vs A's), and each run's compiled outputs vs its own eager
     outputs. Exit code 0 when nothing changed, 22 (changed) when a graph's structure or outputs
-    changed (slower graphs and kernels are reported, not counted: timings are noisy).
+    changed (slower graphs and kernels are reported, not counted). Timings taken on a busy
+    machine, or spread too widely to tell, are reported as too noisy to compare.
     """
     if json_path == "-":
         report_to_stderr()
@@ -59,19 +61,36 @@ def render(result) -> None:
             for m in g.a_vs_b or (g.b_vs_eager if not g.a_vs_eager else None) or []:
                 c.print(f"    {escape(m['output'])}: {escape(m['message'])}")
         if g.timing:
-            t = g.timing
-            word = "[bold yellow]slower[/]" if t["slower"] else "time"
-            c.print(f"    {word}: {t['a_s'] * 1e3:.3f} ms -> {t['b_s'] * 1e3:.3f} ms median per call ({t['ratio']:.2f}x)")
-            if t.get("kernels") is not None:
-                slow = sum(1 for k in t["kernels"] if k["slower"])
-                c.print(f"      kernels: {len(t['kernels'])} timed in both runs, {slow} slower")
-            for k in t.get("kernels") or []:
-                if k["slower"]:
-                    c.print(f"      [bold yellow]slower kernel[/] {escape(k['kernel'])}: {k['a_s'] * 1e6:.1f} us -> "
-                            f"{k['b_s'] * 1e6:.1f} us ({k['ratio']:.2f}x)")
+            _render_timing(c, g.timing)
     if result.timings != "both":
         c.print("no timings saved" + ("" if result.timings == "none" else f" in both folders ({result.timings})")
                 + ": rerun with `tdbg run --save-io DIR --profile` to compare speed")
     changed = sum(1 for g in result.graphs if g.status != "same")
     c.print(f"{len(result.graphs)} graph(s): {changed} changed" if changed else
             f"{len(result.graphs)} graph(s): nothing changed")
+
+
+# verdict (timing.compare_times) -> the word that starts a graph's or kernel's time line
+TIME_WORDS = {"slower": "[bold yellow]slower[/]", "faster": "[bold green]faster[/]", "same": "time", "noisy": "time"}
+
+
+def _render_timing(c, t: dict) -> None:
+    from rich.markup import escape
+    line = f"    {TIME_WORDS[t['verdict']]}: {t['a_s'] * 1e3:.3f} ms -> {t['b_s'] * 1e3:.3f} ms median per call"
+    if t["verdict"] == "noisy":
+        c.print(f"{line}: [yellow]timings too noisy to compare[/] ({escape(t['why'])})")
+    else:
+        c.print(f"{line} ({t['ratio']:.2f}x" + (f"; {escape(t['why'])})" if t.get("why") else ")"))
+    kernels = t.get("kernels")
+    if kernels is None:
+        return
+    if t["verdict"] == "noisy":
+        c.print(f"      kernels: {len(kernels)} timed in both runs, too noisy to compare")
+        return
+    count = {v: sum(k["verdict"] == v for k in kernels) for v in ("slower", "faster", "noisy")}
+    c.print(f"      kernels: {len(kernels)} timed in both runs, {count['slower']} slower, {count['faster']} faster"
+            + (f", {count['noisy']} too noisy to compare" if count["noisy"] else ""))
+    for k in kernels:
+        if k["verdict"] in ("slower", "faster"):
+            c.print(f"      {TIME_WORDS[k['verdict']]} kernel {escape(k['kernel'])}: {k['a_s'] * 1e6:.1f} us -> "
+                    f"{k['b_s'] * 1e6:.1f} us ({k['ratio']:.2f}x)")

@@ -40,10 +40,12 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
                    JSON_SCHEMA, JSON_VERSION)
         fail(problem, "bad_input")
     from tdbg.minifier.diagnose.explain import build_report, exceeded
+    from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script
     with doing(f"the run of {script} with backend {backend}"):
         verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
-                                        timeout=timeout, stdout_to_stderr=json_path == "-"))
+                                        timeout=timeout, stdout_to_stderr=json_path == "-",
+                                        quiet_compiler_log=traces_for_page_only()))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)
@@ -75,8 +77,9 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
     c = out()
     t = report["totals"]
     under = f" under {escape(common.ran_words(verdict, backend))}" if backend else ""
-    c.print(f"[bold]{escape(script)}[/]{under}: {t['functions']} compiled function(s), {t['graphs']} graph(s), "
-            f"{t['graph_breaks']} graph break(s), {t['recompiles']} recompile(s)")
+    c.print(f"[bold]{escape(script)}[/]{under}: {t['functions']} compiled function(s), "
+            f"{_graphs(t['compiled_graphs'], t['graphs'])}, {t['graph_breaks']} graph break(s), "
+            f"{t['recompiles']} recompile(s)")
     for line in common.replaced_lines(verdict, backend):
         c.print(f"  [bold yellow]replaced:[/] {escape(line)}")
     for fn in report["functions"]:
@@ -96,16 +99,26 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
         c.print(f"[bold red]THRESHOLD EXCEEDED:[/] {escape(problem)}")
 
 
+def _graphs(compiled: int, pieces: int) -> str:
+    """'4 graph(s) for 3 piece(s)': every graph listed is counted; a piece is the function up to
+    its first graph break or a resume point after one, and gets more than one graph when it is
+    recompiled or reached another way (explain.build_report's `again`)."""
+    return f"{compiled} graph(s)" + (f" for {pieces} piece(s)" if compiled != pieces else "")
+
+
+# build_report's `again` -> what a graph compiled for a piece that already had one is
+AGAIN_WORDS = {"recompile": "recompile of graph {0}'s piece: a guard failed",
+               "other_path": "graph {0}'s piece again, reached another way, e.g. the other side of a branch"}
+
+
 def _render_function(c, fn: dict) -> None:
     from rich.markup import escape
-    extra = fn["compiled_graphs"] - fn["graph_count"]
-    compiled = f" ({fn['compiled_graphs']} compiled: {extra} more for recompiles or other branch outcomes)" \
-        if extra else ""
-    c.print(f"\n[bold cyan]{escape(fn['function'])}[/]: {fn['graph_count']} graph(s){compiled}, "
+    c.print(f"\n[bold cyan]{escape(fn['function'])}[/]: {_graphs(fn['compiled_graphs'], fn['graph_count'])}, "
             f"{fn['graph_breaks']} graph break(s), {fn['recompile_count']} recompile(s)")
     for g in fn["graphs"]:
         ops = ", ".join(f"{k}" + (f" x{n}" if n > 1 else "") for k, n in g["ops"].items())
-        c.print(f"  graph {g['index']} ({escape(g['frame'])}): {g['op_count']} op(s): {escape(ops)}")
+        again = f"; {AGAIN_WORDS[g['again']].format(g['again_of'])}" if g.get("again") else ""
+        c.print(f"  graph {g['index']} ({escape(g['frame'])}{again}): {g['op_count']} op(s): {escape(ops)}")
         for line in g["lines"]:
             c.print(f"      line {line['line']}: {escape(line['code'])}  [dim]-> {escape(', '.join(line['ops']))}[/]")
     for i, b in enumerate(fn["breaks"], 1):

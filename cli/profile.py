@@ -14,7 +14,6 @@ from tdbg.cli.console import doing, err, exit_codes_help, fail, now_doing, out, 
 
 JSON_SCHEMA = "tdbg.profile"
 PROFILER_ROWS = 15
-TABLE_WIDTH = 120   # kernel names are long
 EAGER_PROFILER_ROWS = 8
 
 
@@ -22,9 +21,12 @@ EAGER_PROFILER_ROWS = 8
 @script_arguments
 @backend_option()
 @click.option("--iterations", default=20, show_default=True, type=click.IntRange(1),
-              help="Timed calls of each compiled callable (and of its eager original), alternating.")
+              help="Timed samples of each compiled callable and of its eager original, alternating, after both "
+                   "are warmed up until their times settle (a sample batches calls shorter than 1 ms); "
+                   "timings too spread, or taken while other processes kept the CPUs busy, are marked NOISY.")
 @click.option("--trace", "trace_path", metavar="PATH",
-              help="Chrome trace file to write (default: <script>-<time>.trace.json in the current directory).")
+              help="Chrome trace file to write (default: <script>.trace.json in a new temporary folder, named at "
+                   "the end; never in the current folder). An existing file is refused unless --force.")
 @json_option
 @click.option("--force", is_flag=True, help="Overwrite an existing trace file.")
 @click.option("--debug", is_flag=True,
@@ -41,12 +43,8 @@ def profile(script, args, backend, iterations, trace_path, json_path, force, deb
     """
     require_script(script)
     check_backend(backend)
-    stem = os.path.splitext(os.path.basename(script))[0]
-    trace_path = trace_path or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.trace.json"
-    if os.path.exists(trace_path) and not os.path.isdir(trace_path) and not force:
-        fail(f"{trace_path} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
-    check_output_file(trace_path, "--trace")
     check_output_file(json_path, "--json")
+    chosen, trace_path = trace_path, _trace_path(script, trace_path, force)
     config = base_config()
     debug_dir = config.debug_dir if debug or config.debug else None
     check_output_dir(debug_dir, "--debug (TDBG_DEBUG_DIR)", must_be_empty=False)
@@ -63,8 +61,22 @@ def profile(script, args, backend, iterations, trace_path, json_path, force, deb
     except ScriptFailed as e:
         _script_failed(e)
     if json_path != "-":      # with --json -, stdout carries only the JSON document
-        render(report, start)
+        render(report, start, "" if chosen else " (a new temporary folder; --trace PATH writes it elsewhere)")
     write_json(json_path, dict(report.to_dict(), date=start), JSON_SCHEMA)
+
+
+def _trace_path(script: str, given, force: bool) -> str:
+    """Where the Chrome trace goes, checked before any work: --trace PATH (an existing file only
+    with --force), else <script>.trace.json in a new temporary folder (a run must not leave files
+    in the folder it was started from)."""
+    if given:
+        if os.path.exists(given) and not os.path.isdir(given) and not force:
+            fail(f"{given} already exists; pass --force to overwrite it or --trace PATH to write elsewhere.", "usage")
+        check_output_file(given, "--trace")
+        return given
+    import tempfile
+    stem = os.path.splitext(os.path.basename(script))[0]
+    return os.path.join(tempfile.mkdtemp(prefix="tdbg-profile-"), f"{stem}.trace.json")
 
 
 def _script_failed(e) -> None:
@@ -90,18 +102,19 @@ def _us(us) -> str:
     return f"{us / 1e3:.3f}ms" if us >= 1000 else f"{us:.1f}us"
 
 
-def render(report, start: str) -> None:
+def render(report, start: str, trace_note: str = "") -> None:
     from rich.markup import escape
     from rich.table import Table
     c = out()
     c.print(f"[bold]tdbg profile[/] {escape(report.script)}  backend={report.backend}  "
             f"iterations={report.iterations}  {start}")
-    t = Table(title="time per call (medians, alternating eager/compiled)")
+    t = Table(title="time per call (medians after warm-up, alternating eager/compiled)")
     for col in ("callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s", "faults/call"):
         t.add_column(col, justify="left" if col == "callable" else "right")
     for cp in report.callables:
         t.add_row(escape(cp.label), str(cp.calls_in_script), _ms(cp.eager_s), _ms(cp.compiled_s),
-                  "-" if cp.speedup is None else f"{cp.speedup:.2f}x", f"{cp.first_call_s:.3f}",
+                  "-" if cp.speedup is None else f"{cp.speedup:.2f}x" + (" NOISY" if cp.noisy else ""),
+                  f"{cp.first_call_s:.3f}",
                   "-" if cp.minor_faults_per_call is None else f"{cp.minor_faults_per_call:.0f}")
     _table(t)
     c.print(f"script wall time: eager {report.eager_script_s:.3f} s, compiled {report.compiled_script_s:.3f} s "
@@ -111,7 +124,7 @@ def render(report, start: str) -> None:
     if report.time_split:
         c.print("compiled self CPU time: " + ", ".join(f"{name} {share:.0%}" for name, share in report.time_split.items()))
     _render_profile(report.eager_profiler_rows, EAGER_PROFILER_ROWS, "torch.profiler, eager (self CPU time)")
-    c.print(f"Chrome trace: {escape(str(report.trace_path))}")
+    c.print(f"Chrome trace: {escape(str(report.trace_path))}{trace_note}")
     if report.debug_dir and os.path.isdir(report.debug_dir):
         c.print(f"compiler debug traces (output_code.py, debug.log per graph): {escape(report.debug_dir)}")
     elif report.backend == "inductor":
@@ -157,13 +170,9 @@ def _render_profile(rows: list, limit: int, title: str) -> None:
 
 
 def _table(table) -> None:
-    """A terminal keeps its width; piped or captured output gets room for long kernel names."""
-    c = out()
-    if c.is_terminal:
-        c.print(table)
-        return
-    from rich.console import Console
-    Console(width=max(c.width, TABLE_WIDTH), highlight=False, no_color=True).print(table)
+    """Through out(): a terminal keeps its width; piped or captured output is wide enough for long
+    kernel names (console.PIPE_WIDTH), and --html records it."""
+    out().print(table)
 
 
 def _render_flags(flags: list) -> None:

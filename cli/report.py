@@ -31,6 +31,14 @@ HEADLINES = {"run": ("FAILED ", "OK "), "bisect": ("Verdict: ",),
              "compare": lambda doc: (doc.get("message") or "",)}
 DEBUG_SUBDIR = "debug"
 TRACE_ENV = ("TDBG_COMPILE_DEBUG", "TDBG_DEBUG_DIR")   # set while an "env" command runs
+_tracing = False    # an "env" command's report is running: the traces are on for the page only
+
+
+def traces_for_page_only() -> bool:
+    """True while --html switched the compiler's debug traces on for its page (the user did not
+    set TDBG_COMPILE_DEBUG): the runs keep the compiler's log channel quiet
+    (RunRequest.quiet_compiler_log), so --html adds the page and nothing else."""
+    return _tracing
 
 
 def html_option() -> click.Option:
@@ -60,6 +68,9 @@ class HtmlReport:
             # the command's children build their config from the environment (config.from_env);
             # the caller's values come back in finish (a test's CliRunner shares this process)
             report.saved_env = {k: os.environ.get(k) for k in TRACE_ENV}
+            global _tracing
+            # off as compiler/config.py's _flag reads it (importing the config here would import torch)
+            _tracing = (os.environ.get("TDBG_COMPILE_DEBUG") or "").strip().lower() in ("", "0", "false", "no", "off")
             os.environ.update(TDBG_COMPILE_DEBUG="1", TDBG_DEBUG_DIR=report.debug_dir)
         return report
 
@@ -68,6 +79,8 @@ class HtmlReport:
         error line (the command's own exit code stands)."""
         transcript = console.recorded()
         console.record(False)
+        global _tracing
+        _tracing = False
         for key, value in self.saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -77,12 +77,14 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     if tdbg_logs:
         changes["logs"] = sorted({p.lstrip("+") for p in tdbg_logs})
         changes["verbose_logs"] = sorted({p.lstrip("+") for p in tdbg_logs if p.startswith("+")})
+    from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script, parse_torch_logs
     repro = _repro(repro_after, repro_level, out_dir)
     request = RunRequest(script=script, argv=list(args), backend=backend, fullgraph=fullgraph, function=function,
                          check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
-                         timeout=timeout, stdout_to_stderr=json_path == "-")
+                         timeout=timeout, stdout_to_stderr=json_path == "-",
+                         quiet_compiler_log=not debug and traces_for_page_only())
     with _io_folder(save_io, kernel_tests) as io_dir:
         request.save_io, request.save_io_profile = io_dir, profile_io
         with doing(f"the run of {script} with backend {backend}"):
@@ -147,7 +149,7 @@ def _kernel_tests(io_dir: str, out_dir: str, verdict: dict) -> dict:
         result = write_kernel_tests(io_dir, out_dir)
     except TdbgError as e:
         return {"dir": out_dir, "error": str(e)}
-    return {"dir": out_dir, "files": list(result.files), "kernels": int(result.kernels),
+    return {"dir": out_dir, "files": list(result.files), "kernels": int(result.kernels), "command": result.command,
             "skipped": [{"graph": g, "reason": r} for g, r in result.skipped]}
 
 
@@ -326,7 +328,7 @@ def _save_io_lines(verdict: dict) -> None:
         if tests.get("error"):
             c.print(f"  [bold yellow]kernel tests not written:[/] {escape(tests['error'])}")
         else:
-            run = f" (run: pytest {escape(tests['dir'])})" if tests["files"] else ""
+            run = f" (run: {escape(tests['command'])})" if tests.get("command") else ""
             c.print(f"  [bold]kernel tests:[/] {len(tests['files'])} file(s) for {tests['kernels']} kernel(s) in "
                     f"{escape(tests['dir'])}{run}")
         for skip in tests.get("skipped") or []:

@@ -645,7 +645,9 @@ def exit_name(result):
 def verdict(result, expected):
     """(exit code, first line) of a repro run: the stage's code when the recorded failure
     reproduces, 21 when it does not (saying what happened instead), 3 when it cannot run."""
-    if result["kind"] in ("cannot_run", "invalid"):
+    if result["kind"] == "cannot_run":
+        return EXIT_CODES["bad_input"], f"Cannot run this repro: {result['message']}"
+    if result["kind"] == "invalid":
         return EXIT_CODES["bad_input"], f"Cannot run this repro: {summary(result)}"
     if result["kind"] not in FAILURE_KINDS:
         return EXIT_CODES["not_reproduced"], f"Not reproduced: {summary(result)}"
@@ -681,10 +683,15 @@ def run_repro(namespace, argv):
     return code
 
 
+# outcomes whose verdict line already says all there is (their whole message is in it): no evidence
+# lines under it (a repro that cannot run printed "install tdbg ..." twice)
+SAID_IN_VERDICT = ("pass", "crash", "hang", "cannot_run")
+
+
 def _evidence(result):
     if result["kind"] == "accuracy":
         return [f"{m['output']}: {m['message']}" for m in result["mismatches"]]
-    return result.get("message", "").splitlines()[:20] if result["kind"] not in ("pass", "crash") else []
+    return result.get("message", "").splitlines()[:20] if result["kind"] not in SAID_IN_VERDICT else []
 
 
 def _in_child(namespace, timeout):

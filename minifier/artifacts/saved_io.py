@@ -15,8 +15,10 @@ Written by `tdbg run --save-io DIR` (runs/instrument.py IOSaver calls `Writer`),
                            "node_sources": {FX node: "file:line in fn: code"}, "replay": the
                            runtime.py spec that recompiles the graph as the run did, "tolerances",
                            "rng_state": record of torch's CPU RNG state before the call,
-                           "timing": {"median_s", "min_s", "samples", "times_s", "per_kernel":
-                           {kernel: {"median_s", "samples"}} | null} | null}
+                           "timing": a diagnose/timing.Timing record {"median_s", "min_s", "q1_s",
+                           "q3_s", "samples", "times_s" (after warm-up), "warmup_calls",
+                           "calls_per_sample", "busy_share", "noisy" (why it cannot be compared, or
+                           null), "per_kernel": {kernel: the same record} | null} | null
     DIR/<GRAPH>/tensors/<sha256>.bin   raw bytes of one tensor (contiguous), named by their SHA-256,
                           so `sha256sum` verifies them; tensors with equal bytes share a file
 
@@ -319,15 +321,11 @@ class Writer:
                                          "reason": "\n".join(str(reason).splitlines()[:3])})
         self._write_manifest()
 
-    def set_timing(self, name: str, samples: list, per_kernel: Optional[dict] = None) -> None:
-        """A graph's compiled call times (seconds), and per kernel when known ({kernel: [seconds]})."""
-        import statistics
-        if name in self.metas and samples:
-            kernels = {k: {"median_s": statistics.median(v), "samples": len(v)}
-                       for k, v in sorted((per_kernel or {}).items()) if v} or None
-            self.metas[name]["timing"] = {"median_s": statistics.median(samples), "min_s": min(samples),
-                                          "samples": len(samples), "times_s": [round(t, 9) for t in samples],
-                                          "per_kernel": kernels}
+    def set_timing(self, name: str, timing: dict, per_kernel: Optional[dict] = None) -> None:
+        """A graph's compiled call times (a Timing.to_dict() record), and per kernel when known
+        ({kernel: record})."""
+        if name in self.metas and timing and timing.get("times_s"):
+            self.metas[name]["timing"] = dict(timing, per_kernel=per_kernel or None)
             self._write_meta(name)
             self.manifest["timings"] = True
 

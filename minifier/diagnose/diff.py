@@ -11,9 +11,13 @@ in the same order). For each pair:
               outputs against its own eager outputs. With different inputs (an upstream graph
               changed what it hands on) A and B are not compared directly, and the diff says so.
   timing      when both folders have timings (`--save-io DIR --profile`): the median compiled
-              call time of each, and `slower` when B/A passes `slower_ratio` (reported, not a
-              change: timings are noisy); the same per kernel when both runs saved kernel times
-              (tdbg's compiler with `--profile`: kernels present in both, matched by name)
+              call time of each and a verdict (diagnose/timing.compare_times): `slower` or
+              `faster` only when the medians are `slower_ratio` apart, the middle halves of the
+              samples do not overlap and neither side is NOISY (a busy machine, widely spread
+              samples, too few of them, or an older folder's samples with warm-up in them);
+              `noisy` otherwise says the timings are too noisy to compare. Reported, never a
+              change. The same per kernel when both runs saved kernel times (tdbg's compiler
+              with `--profile`: kernels present in both, matched by name)
 
 A graph is `changed` when its structure changed, its outputs differ from A's beyond tolerance, or
 B's compiled outputs fail against B's eager outputs where A's passed; graphs only in one folder
@@ -43,7 +47,9 @@ class GraphDiff:
     a_vs_b: Optional[list] = None     # mismatches of B's compiled outputs vs A's (None: not compared)
     a_vs_eager: Optional[list] = None
     b_vs_eager: Optional[list] = None
-    timing: Optional[dict] = None     # {"a_s", "b_s", "ratio", "slower"}
+    # {"a_s", "b_s", "a_samples", "b_samples", "ratio", "verdict" (slower|faster|same|noisy), "why",
+    #  "slower", "kernels": [{"kernel", "a_s", "b_s", "ratio", "verdict", "slower"}] | None}
+    timing: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,17 +142,32 @@ def _judge(expected: list, actual: Optional[list], graph: SavedGraph) -> Optiona
 
 
 def _timing(a: SavedGraph, b: SavedGraph, slower_ratio: float) -> Optional[dict]:
+    from tdbg.minifier.diagnose.timing import compare_times, from_saved
     ta, tb = (g.meta.get("timing") or {} for g in (a, b))
-    if not ta.get("median_s") or not tb.get("median_s"):
-        return None
-    ratio = tb["median_s"] / ta["median_s"]
+    timing_a, timing_b = from_saved(ta), from_saved(tb)
+    if timing_a is None or timing_b is None or not timing_a.median_s:
+        if not ta.get("median_s") or not tb.get("median_s"):
+            return None
+        # a folder from before samples were saved: a median alone cannot be judged
+        return {"a_s": ta["median_s"], "b_s": tb["median_s"], "a_samples": ta.get("samples"),
+                "b_samples": tb.get("samples"), "ratio": tb["median_s"] / ta["median_s"], "verdict": "noisy",
+                "why": "a folder saved its median without the samples, so its spread is unknown", "slower": False,
+                "kernels": None}
+    verdict = compare_times(timing_a, timing_b, slower_ratio)
     kernels_a, kernels_b = ta.get("per_kernel") or {}, tb.get("per_kernel") or {}
     kernels = []
     for kernel in [k for k in kernels_a if k in kernels_b]:
-        a_s, b_s = kernels_a[kernel]["median_s"], kernels_b[kernel]["median_s"]
-        if a_s > 0:
-            kernels.append({"kernel": kernel, "a_s": a_s, "b_s": b_s, "ratio": b_s / a_s,
-                            "slower": b_s / a_s > slower_ratio})
-    return {"a_s": ta["median_s"], "b_s": tb["median_s"], "a_samples": ta.get("samples"),
-            "b_samples": tb.get("samples"), "ratio": ratio, "slower": ratio > slower_ratio,
+        ka, kb = from_saved(kernels_a[kernel]), from_saved(kernels_b[kernel])
+        a_s, b_s = kernels_a[kernel].get("median_s"), kernels_b[kernel].get("median_s")
+        if not a_s or b_s is None:
+            continue
+        # a kernel is timed in its graph's run: a busy machine or a graph too noisy to compare is
+        # too noisy for its kernels too; an older folder kept no kernel samples to judge
+        k = {"verdict": "noisy", "ratio": b_s / a_s} if ka is None or kb is None or verdict["verdict"] == "noisy" \
+            else compare_times(ka, kb, slower_ratio)
+        kernels.append({"kernel": kernel, "a_s": a_s, "b_s": b_s, "ratio": k["ratio"], "verdict": k["verdict"],
+                        "slower": k["verdict"] == "slower"})
+    return {"a_s": timing_a.median_s, "b_s": timing_b.median_s, "a_samples": timing_a.samples,
+            "b_samples": timing_b.samples, "ratio": verdict["ratio"], "verdict": verdict["verdict"],
+            "why": verdict["why"], "slower": verdict["verdict"] == "slower",
             "kernels": kernels if kernels_a and kernels_b else None}

@@ -11,7 +11,10 @@ and among its function's breaks. Pure data in, data out: no torch needed.
 Counting, per function: `graph_count` is the number of pieces Dynamo split it into (distinct
 frames: the function and its resume points), as `torch._dynamo.explain` reports for one call;
 `compiled_graphs` counts every graph compiled (recompiles, and continuations compiled for both
-outcomes of a branch, included). `graph_breaks` is the number of distinct break sites (line,
+outcomes of a branch, included): the graphs listed. A graph compiled for a piece that already
+has one says which (`again_of`: that graph's index) and why (`again`: "recompile" when a guard
+failed first, "other_path" when Dynamo reached the same resume point another way, e.g. the other
+side of a data-dependent branch: a new code object with the same name). `graph_breaks` is the number of distinct break sites (line,
 reason). `recompiles` counts recompilations: the guard failures Dynamo reports before one new
 compile of a frame are one recompile (every cached graph's guard fails, one reason each).
 """
@@ -158,7 +161,14 @@ def build_report(verdict: dict) -> dict:
         fn = _function(functions, stopped["function"])
         fn["breaks"].append({k: stopped[k] for k in ("line", "reason", "dynamo_reason", "user_stack", "count")}
                             | {"stopped_compilation": True})
+    recompiled = {(f["frame"], f.get("graphs_before")) for f in verdict.get("recompiles") or []}
     for fn in functions.values():
+        first_of: dict = {}
+        for g in fn["graphs"]:
+            earlier = first_of.setdefault(g["frame"], g["index"])
+            g["again_of"] = None if earlier == g["index"] else earlier
+            g["again"] = None if g["again_of"] is None else (
+                "recompile" if (g["frame"], g["index"]) in recompiled else "other_path")
         fn["graph_count"] = len({g["frame"] for g in fn["graphs"]})
         fn["compiled_graphs"] = len(fn["graphs"])
         fn["graph_breaks"] = len(fn["breaks"])

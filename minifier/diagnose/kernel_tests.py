@@ -7,7 +7,9 @@ each saved aten graph (kind forward, backward or inference):
    healthy compiler makes) to learn which FX nodes each kernel computes
    (`CompiledGraph.kernel_nodes`);
 2. runs it eagerly (an fx.Interpreter) on the saved inputs, keeping every node's value;
-3. writes `test_<graph>__<kernel>.py` per kernel (repro_templates/kernel_test.py.tmpl): the
+3. writes `test_<graph>__<kernel>.py` per kernel (repro_templates/kernel_test.py.tmpl; a pytest
+   file that also runs alone, `python FILE`), and RUNNER beside them, which runs them all without
+   pytest (`KernelTests.command` is how to run them: pytest when this Python has it): the
    kernel's nodes as a small FX graph whose inputs are the values flowing in from outside the
    kernel and whose outputs are its nodes used outside it (or returned by the graph), those
    tensors (tensors/<sha256>.bin beside the files), and a test that compiles just that graph
@@ -42,6 +44,7 @@ from typing import Optional
 from tdbg.compiler.errors import TdbgError
 
 TEMPLATE = "kernel_test.py.tmpl"
+RUNNER = "run_kernel_tests.py"      # runs every test of its folder without pytest (repro_templates/RUNNER.tmpl)
 TENSORS = "tensors"
 SPLITTABLE_KINDS = ("forward", "backward", "inference")
 # aten view ops that are not marked as views in their schema but only re-index their input
@@ -82,8 +85,20 @@ class KernelTests:
     def kernels(self) -> int:
         return len(self.tests)
 
+    @property
+    def command(self) -> Optional[str]:
+        """How to run the tests: `python -m pytest DIR` where this Python has pytest, else
+        `python DIR/run_kernel_tests.py` (the main install has no pytest); None with no test."""
+        if not self.tests:
+            return None
+        import importlib.util
+        import shlex
+        if importlib.util.find_spec("pytest") is not None:
+            return f"python -m pytest {shlex.quote(self.out_dir)}"
+        return f"python {shlex.quote(os.path.join(self.out_dir, RUNNER))}"
+
     def to_dict(self) -> dict:
-        return {"out_dir": self.out_dir, "graphs": self.graphs, "kernels": self.kernels,
+        return {"out_dir": self.out_dir, "graphs": self.graphs, "kernels": self.kernels, "command": self.command,
                 "tests": [dict(t.__dict__) for t in self.tests],
                 "skipped": [{"graph": g, "reason": r} for g, r in self.skipped]}
 
@@ -131,7 +146,8 @@ def write_tests(graphs, out_dir: str, context: Optional[dict] = None) -> KernelT
                 continue
             files[test.path] = text
             result.tests.append(test)
-    _write_all(out_dir, files, tensors)
+    runner = {os.path.join(out_dir, RUNNER): _runner_text()} if files else {}
+    _write_all(out_dir, files, tensors, runner)
     return result
 
 
@@ -316,6 +332,10 @@ def _template() -> string.Template:
     return string.Template(resources.files("tdbg.repro_templates").joinpath(TEMPLATE).read_text())
 
 
+def _runner_text() -> str:
+    return resources.files("tdbg.repro_templates").joinpath(f"{RUNNER}.tmpl").read_text()
+
+
 def _doc_text(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"""', "'''")
 
@@ -341,8 +361,9 @@ def _sources_from_traces(gm) -> dict:
 
 # ---------------------------------------------------------------- writing
 
-def _write_all(out_dir: str, files: dict, tensors: dict) -> None:
-    """Check every path, then write: nothing is overwritten, nothing half-written on refusal."""
+def _write_all(out_dir: str, files: dict, tensors: dict, same_or_new: Optional[dict] = None) -> None:
+    """Check every path, then write: nothing is overwritten, nothing half-written on refusal.
+    `same_or_new` (path -> text): files kept when they already hold that text (the runner)."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise KernelTestsError(f"{out_dir!r} exists and is not a folder; give a new or empty folder for the "
                                "kernel tests.")
@@ -350,6 +371,10 @@ def _write_all(out_dir: str, files: dict, tensors: dict) -> None:
     if taken:
         raise KernelTestsError(f"{taken[0]} already exists ({len(taken)} of the {len(files)} test files do); "
                                "kernel tests never overwrite files. Give a new or empty folder.")
+    for path, text in (same_or_new or {}).items():
+        if os.path.exists(path) and (not os.path.isfile(path) or open(path, "rb").read() != text.encode()):
+            raise KernelTestsError(f"{path} already exists with other contents; kernel tests never overwrite "
+                                   "files. Give a new or empty folder.")
     folder = os.path.join(out_dir, TENSORS)
     for sha in tensors:
         path = os.path.join(folder, f"{sha}.bin")
@@ -361,6 +386,8 @@ def _write_all(out_dir: str, files: dict, tensors: dict) -> None:
         _atomic_write(os.path.join(folder, f"{sha}.bin"), data, keep_existing=True)
     for path, text in files.items():
         _atomic_write(path, text.encode(), keep_existing=False)
+    for path, text in (same_or_new or {}).items():
+        _atomic_write(path, text.encode(), keep_existing=True)
 
 
 def _file_sha(path: str) -> str:

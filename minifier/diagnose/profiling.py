@@ -1,12 +1,15 @@
-"""Measuring compiled programs: timing helpers shared with benchmarks/, and `profile_script`.
+"""Measuring compiled programs: `profile_script` (the timing helpers it shares with benchmarks/
+and `tdbg run --save-io --profile` are diagnose/timing.py).
 
 `profile_script` runs a user script twice in this process, as `__main__` with its own argv,
 under an `instrument.Session` (the same recorder `tdbg run` uses): once with every
 `torch.compile(...)` returning the original callable (eager) and once with it compiling through
 the chosen backend (`backends.resolve`, as for `tdbg run`). Both passes wrap what
 `torch.compile` returns in a `TimedCallable`, so every call is timed. Afterwards each compiled
-callable is re-run `iterations` times with the arguments of its last call in the script,
-alternating with the original (eager) callable, and once more under `torch.profiler`; the result is a
+callable and its original (eager) are warmed up until their times settle (timing.warm_up), then
+re-run `iterations` times each with the arguments of its last call in the script, alternating
+(a sample batches calls shorter than timing.SAMPLE_MIN_S), judged NOISY or not (timing.noisy_reason:
+a busy machine, widely spread samples), and once more under `torch.profiler`; the result is a
 `ProfileReport` (plain data, `to_dict()` is the `--json` payload): per-callable times and
 speedups, per-graph backend compile times, tdbg's per-stage compile times (its debug.log), the
 compiler's kernels and aten fallbacks (its report_path lines), graph breaks and recompiles
@@ -24,12 +27,14 @@ import re
 import resource
 import runpy
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from tdbg.minifier.diagnose.timing import (CpuWatch, Timing, alternate, calls_per_sample, median, minor_faults,
+                                           warm_up)
 
 KERNEL_NAME = re.compile(r"cpp_fused")
 # where the compiled run's self CPU time goes: (category, pattern on the profiler row name); first match wins
@@ -41,40 +46,6 @@ TIME_CATEGORIES = (
 )
 OTHER = "other"
 OVERHEAD_FLAG_SHARE = 0.5   # flag when wrappers take at least this share of the compiled self time
-
-
-# ---------------------------------------------------------------- timing helpers
-
-def minor_faults() -> int:
-    """Minor page faults of this process so far (first touches of freshly mapped memory)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def median(values: list) -> Optional[float]:
-    return statistics.median(values) if values else None
-
-
-def timed(fn: Callable, *args, **kwargs) -> tuple:
-    """(seconds, minor faults, result) of one call."""
-    f0, t0 = minor_faults(), time.perf_counter()
-    result = fn(*args, **kwargs)
-    return time.perf_counter() - t0, minor_faults() - f0, result
-
-
-def alternate(callables: dict, repeat: int, number: int = 1) -> dict:
-    """Time the callables run by run (a, b, c, a, b, c, ...): name -> per-call seconds and faults.
-
-    Each run makes `number` calls; the recorded figures are per call.
-    """
-    samples = {name: {"seconds": [], "faults": []} for name in callables}
-    for _ in range(repeat):
-        for name, fn in callables.items():
-            f0, t0 = minor_faults(), time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples[name]["seconds"].append((time.perf_counter() - t0) / number)
-            samples[name]["faults"].append((minor_faults() - f0) / number)
-    return samples
 
 
 # ---------------------------------------------------------------- compile records
@@ -264,6 +235,8 @@ class CallableProfile:
     compiled_s: Optional[float]
     speedup: Optional[float]
     minor_faults_per_call: Optional[float]
+    noisy: Optional[str] = None     # why eager vs compiled cannot be compared here (timing.noisy_reason)
+    calls_per_sample: int = 1
 
     @property
     def cold_compile_s(self) -> Optional[float]:
@@ -392,22 +365,29 @@ def _entries(folder: str) -> set:
     return set(os.listdir(folder)) if os.path.isdir(folder) else set()
 
 
-@contextlib.contextmanager
-def _quiet_compiler_log(cfg):
-    """Drop the `compiler` channel's records while profiling: `debug=True` (for the stage times)
-    turns that channel on, but the user asked for a profile, not compiler logs — unless the
+def drop_compiler_log(cfg):
+    """Drop the `compiler` channel's records from now on (returns the filter, None when kept):
+    `debug=True` turns that channel on, but a command that switches the debug traces on for its
+    own use (profile's stage times, --html's page) was not asked for compiler logs — unless the
     config (TDBG_LOGS=compiler) asks for them."""
     if "compiler" in cfg.logs:
-        yield
-        return
+        return None
     import logging
-    logger = logging.getLogger("tdbg.compiler")
     drop = _DropAll()
-    logger.addFilter(drop)
+    logging.getLogger("tdbg.compiler").addFilter(drop)
+    return drop
+
+
+@contextlib.contextmanager
+def _quiet_compiler_log(cfg):
+    """drop_compiler_log while profiling."""
+    drop = drop_compiler_log(cfg)
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        if drop is not None:
+            import logging
+            logging.getLogger("tdbg.compiler").removeFilter(drop)
 
 
 class _DropAll:
@@ -454,11 +434,17 @@ def _time_callable(c: TimedCallable, iterations: int) -> CallableProfile:
     first = c.calls[0][0] if c.calls else 0.0
     if c.last is None:
         return CallableProfile(c._label, len(c.calls), first, None, None, None, None)
-    samples = alternate({"eager": c.replay(c._original), "compiled": c.replay(c._target)}, iterations)
-    eager_s, compiled_s = median(samples["eager"]["seconds"]), median(samples["compiled"]["seconds"])
-    return CallableProfile(c._label, len(c.calls), first, eager_s, compiled_s,
-                           eager_s / compiled_s if compiled_s else None,
-                           median(samples["compiled"]["faults"]))
+    runs = {"eager": c.replay(c._original), "compiled": c.replay(c._target)}
+    watch = CpuWatch()
+    # the script's calls warmed the compiled callable, not the eager one: both until their times settle
+    number = {name: calls_per_sample(warm_up(run)[1]) for name, run in runs.items()}
+    samples = alternate(runs, iterations, number)
+    share = watch.share()
+    eager, compiled = (Timing(samples[name]["seconds"], busy_share=share) for name in runs)
+    noisy = "; ".join(f"{name}: {t.noisy}" for name, t in (("eager", eager), ("compiled", compiled)) if t.noisy)
+    return CallableProfile(c._label, len(c.calls), first, eager.median_s, compiled.median_s,
+                           eager.median_s / compiled.median_s if compiled.median_s else None,
+                           median(samples["compiled"]["faults"]), noisy or None, number["compiled"])
 
 
 def _profiler_tables(callables: list, n: int, trace_path: Optional[str]) -> tuple:
@@ -581,7 +567,12 @@ def _flag_page_faults(r: ProfileReport) -> list:
 
 def _flag_slower(r: ProfileReport) -> list:
     return [{"kind": "slower", "message": f"{c.label}: compiled is {1 / c.speedup:.2f}x slower than eager"}
-            for c in r.callables if c.speedup is not None and c.speedup < 1.0]
+            for c in r.callables if c.speedup is not None and c.speedup < 1.0 and not c.noisy]
+
+
+def _flag_noisy(r: ProfileReport) -> list:
+    return [{"kind": "noisy", "message": f"{c.label}: timings too noisy to compare eager and compiled ({c.noisy}); "
+             "rerun on a quiet machine"} for c in r.callables if c.noisy]
 
 
 def _flag_overhead(r: ProfileReport) -> list:
@@ -592,7 +583,7 @@ def _flag_overhead(r: ProfileReport) -> list:
 
 
 LOST_SPEED_CHECKS = (_flag_graph_breaks, _flag_recompiles, _flag_fallbacks, _flag_page_faults, _flag_overhead,
-                     _flag_slower)
+                     _flag_slower, _flag_noisy)
 
 
 def lost_speed_flags(report: ProfileReport) -> list:

@@ -460,14 +460,16 @@ class IOSaver:
 
     A backend with an AOT stage (aot_capture FAMILIES) is hooked there: forward, backward and
     inference aten graphs are saved. Any other backend is wrapped whole: the Dynamo graph is saved
-    (kind "dynamo"; `after` says which). With `profile`, each saved aten graph is called
-    PROFILE_REPEATS more times on copies of its inputs and timed, and later calls with a saved
-    signature are timed too; a Dynamo graph (which may mutate module state) only by its later
-    calls, or by its saved first call when there is no other (what `samples` then says)."""
+    (kind "dynamo"; `after` says which). With `profile`, each saved aten graph is timed on copies
+    of its inputs by diagnose/timing.measure (warmed up until stable, then sampled to a budget,
+    NOISY when the machine was busy or the samples spread); a Dynamo graph (which may mutate
+    module state) only by its later calls in the script, the first WARMUP_LATER_CALLS of them
+    left out as warm-up (too few left: NOISY, and the record says why)."""
 
     MAX_SIGNATURES = 20        # per graph: a graph called with ever new shapes is not saved forever
     MAX_TIMED_CALLS = 50
-    PROFILE_REPEATS = 5        # timed extra calls of each saved aten graph on copies of its inputs
+    KERNEL_REPEATS = 10        # profiled calls of each saved tdbg graph, for its per-kernel times
+    WARMUP_LATER_CALLS = 2     # a Dynamo graph's later calls not timed (they still warm up)
 
     def __init__(self, writer, backend, config, *, profile: bool = False, counter=None):
         import itertools
@@ -486,8 +488,11 @@ class IOSaver:
             self.after = "dynamo"
             self.backend_fn = self._dynamo_hook
         self.spec = dict(spec, after=self.after)
-        self.timings: dict = {}    # saved graph name -> compiled call times (seconds)
+        self.timings: dict = {}    # saved graph name -> a Dynamo graph's later call times (seconds)
+        self.measured: dict = {}   # saved graph name -> timing.Timing of an aten graph
         self.first_call_s: dict = {}   # saved graph name -> time of its saved (first) call
+        from tdbg.minifier.diagnose.timing import CpuWatch
+        self.watch = CpuWatch()    # how busy the machine was over the run (a Dynamo graph's calls)
         # per-kernel times need tdbg's compiler built with profiler ranges around its kernels
         self.per_kernel = profile and self.family == "tdbg" and bool(getattr(config, "enable_kernel_profile", False))
         self.kernel_timings: dict = {}   # saved graph name -> {kernel: [seconds]}
@@ -521,7 +526,8 @@ class IOSaver:
                 saved[sig] = None
                 return self._save_call(compiled, snap, kind, index, calls[0], args, replay, sig, saved)
             name = saved[sig]
-            if name is None or not self.profile or len(self.timings.get(name, ())) >= self.MAX_TIMED_CALLS:
+            if name is None or not self.profile or name in self.measured \
+                    or len(self.timings.get(name, ())) >= self.MAX_TIMED_CALLS:
                 return compiled(*args)
             import time
             start = time.perf_counter()
@@ -564,21 +570,16 @@ class IOSaver:
         return actual
 
     def _repeat(self, compiled, inputs, name: str) -> None:
-        """Time PROFILE_REPEATS more calls on copies of the saved inputs: aten graphs after
-        AOTAutograd are functional, so this changes nothing the program sees (the RNG state is
-        put back); a first call alone would time lazy loading too."""
-        import time
-
+        """Time the graph on copies of the saved inputs (timing.measure: warm-up left out): aten
+        graphs after AOTAutograd are functional, so this changes nothing the program sees (the
+        RNG state is put back); a first call alone would time lazy loading too."""
         import torch
 
         from tdbg.minifier.diagnose.checks import _clones
+        from tdbg.minifier.diagnose.timing import measure
         rng = torch.get_rng_state()
         try:
-            for _ in range(self.PROFILE_REPEATS):
-                args = _clones(inputs)
-                start = time.perf_counter()
-                compiled(*args)
-                self.timings.setdefault(name, []).append(time.perf_counter() - start)
+            self.measured[name] = measure(compiled, setup=lambda: _clones(inputs))
             if self.per_kernel:
                 self.kernel_timings[name] = self._kernel_times(compiled, inputs)
         except Exception:  # a call that fails on a copy: keep what was timed (the saved call at least)
@@ -587,14 +588,15 @@ class IOSaver:
             torch.set_rng_state(rng)
 
     def _kernel_times(self, compiled, inputs) -> dict:
-        """kernel name -> its times (seconds) over PROFILE_REPEATS calls, from the profiler ranges
-        tdbg's wrapper puts around each kernel with `enable_kernel_profile` (separate calls: the
-        profiler's overhead must not reach the graph's own times)."""
+        """kernel name -> its times (seconds) over KERNEL_REPEATS calls (after `measure` warmed the
+        graph up), from the profiler ranges tdbg's wrapper puts around each kernel with
+        `enable_kernel_profile` (separate calls: the profiler's overhead must not reach the
+        graph's own times)."""
         import torch
 
         from tdbg.minifier.diagnose.checks import _clones
         with _stderr_silenced(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            for _ in range(self.PROFILE_REPEATS):
+            for _ in range(self.KERNEL_REPEATS):
                 compiled(*_clones(inputs))
         times: dict = {}
         for event in prof.events():
@@ -616,8 +618,18 @@ class IOSaver:
         return name
 
     def finish(self) -> None:
-        """Write the timings (median of the timed calls, else the saved call alone) and the manifest."""
+        """Write the timings (timing.Timing records; a graph with none but its saved first call gets
+        that one, NOISY) and the manifest."""
         if self.profile:
+            from tdbg.minifier.diagnose.timing import Timing
+            share = self.watch.share()
             for name, first in self.first_call_s.items():
-                self.writer.set_timing(name, self.timings.get(name) or [first], self.kernel_timings.get(name))
+                later = self.timings.get(name, [])[self.WARMUP_LATER_CALLS:]
+                timing = self.measured.get(name) or (
+                    Timing(later, warmup_calls=1 + self.WARMUP_LATER_CALLS, busy_share=share) if later else
+                    Timing([first], noisy="only the first call was timed (it includes warm-up): the graph was not "
+                                          "called again with these input shapes"))
+                kernels = {k: Timing(v, busy_share=timing.busy_share).to_dict()
+                           for k, v in sorted(self.kernel_timings.get(name, {}).items()) if v}
+                self.writer.set_timing(name, timing.to_dict(), kernels or None)
         self.writer.finish()

@@ -71,6 +71,9 @@ class RunRequest:
     # vs aten graph vs compiled) judged at its first call and written to path
     # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
     stage_check: Optional[dict] = None
+    # the compiler's debug traces were switched on for a report (--html), not by the user: its
+    # `compiler` log channel (which config.debug turns on) stays quiet unless config.logs names it
+    quiet_compiler_log: bool = False
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -308,6 +311,9 @@ def _child(spec: dict) -> dict:
     if _compares_with_eager(spec, repro):
         cfg = _eager_random_numbers(cfg, spec["backend"])
     tdbg_config.set_default(cfg)
+    if spec.get("quiet_compiler_log"):
+        from tdbg.minifier.diagnose.profiling import drop_compiler_log
+        drop_compiler_log(cfg)
     script = spec["script"]
     if spec["torch_logs"]:
         from tdbg.compiler.torch_compat import set_logs

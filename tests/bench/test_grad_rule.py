@@ -130,7 +130,7 @@ def test_bn_model_correct_backward_passes_one_channel_or_element_off_fails(m, mo
     off by 0.1% in one output channel of the first convolution's weight gradient, or by 2e-4 in
     one element of the first BatchNorm weight's gradient, is a mismatch naming that parameter."""
     net, inputs = _bn_case(m)
-    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training: (net, inputs))
+    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training, dtype: (net, inputs))
     specs = ["eager", "tdbg", f"{BACKENDS}:one_channel_off", f"{BACKENDS}:one_element_off"]
     eager, tdbg, channel, element = m.run_training(m.BY_NAME["distilbert"], specs,
                                                    m.Settings(repeat=2, warmup=1, quick=True), m.SHAPES[True])
@@ -151,7 +151,7 @@ def test_checked_training_run_throws_no_step_away(m, monkeypatch):
     net, inputs = _bn_case(m)
     calls = []
     net.net.register_forward_pre_hook(lambda mod, args: calls.append(args[0].dtype))
-    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training: (net, inputs))
+    monkeypatch.setattr(m, "build", lambda zm, tiny, shapes, training, dtype: (net, inputs))
     phases = m.Phases()
     (cell,) = m.run_training(m.BY_NAME["distilbert"], ["eager"], m.Settings(repeat=2, warmup=2, run_seconds=0.0),
                              m.SHAPES[True], phases)

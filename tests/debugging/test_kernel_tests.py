@@ -124,6 +124,26 @@ def test_injected_bug_fails_exactly_the_kernel_that_computes_the_op(written):
     assert failed[os.path.basename(tanh_test.path)].startswith(f"kernel {tanh_test.kernel} of {tanh_test.graph} (")
 
 
+def test_tests_run_without_pytest(written, monkeypatch, capsys):
+    """The main install has no pytest (issue 25): the folder's run_kernel_tests.py runs every test,
+    and each file runs alone; the printed command names the runner where pytest is missing."""
+    import importlib.util as util
+    import runpy
+    runner = os.path.join(written.out_dir, "run_kernel_tests.py")
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(runner, run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{len(written.files)} passed, 0 failed"
+    runpy.run_path(written.files[0], run_name="__main__")
+    assert capsys.readouterr().out.strip() == f"passed: {os.path.basename(written.files[0])}"
+    find = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "pytest" else find(name, *a))
+    assert written.command == f"python {runner}"
+    monkeypatch.undo()
+    assert written.command == f"python -m pytest {written.out_dir}"
+
+
 def test_a_test_whose_nodes_all_fall_back_to_aten_fails_as_checking_nothing(written):
     t = next(t for t in written.tests if "tanh" in t.ops)
     outcomes = _run_in_process(type(written)(written.out_dir, [t]), fallback_ops=frozenset(t.ops))

@@ -12,6 +12,10 @@ def test_a_graph_with_no_kernel_test_is_named_with_its_reason_and_no_pytest_hint
                      f"no kernel test: g0_dynamo_c1: {reason}"]
 
 
-def test_written_tests_get_the_pytest_command(capsys):
-    _save_io_lines({"kernel_tests": {"dir": "kt", "files": ["kt/a.py", "kt/b.py"], "kernels": 2, "skipped": []}})
-    assert capsys.readouterr().out.strip() == "kernel tests: 2 file(s) for 2 kernel(s) in kt (run: pytest kt)"
+def test_written_tests_get_the_command_that_runs_them(capsys):
+    """The command comes from the library (KernelTests.command): `pytest kt` was printed even
+    where pytest is not installed (issue 25)."""
+    _save_io_lines({"kernel_tests": {"dir": "kt", "files": ["kt/a.py", "kt/b.py"], "kernels": 2, "skipped": [],
+                                     "command": "python kt/run_kernel_tests.py"}})
+    assert capsys.readouterr().out.strip() == \
+        "kernel tests: 2 file(s) for 2 kernel(s) in kt (run: python kt/run_kernel_tests.py)"

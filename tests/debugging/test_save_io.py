@@ -9,6 +9,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.minifier.artifacts.saved_io import FORMAT, SavedIOError, Writer, load_graph, load_saved
+from tdbg.minifier.diagnose import timing as timing_rules
+from tdbg.minifier.runs.instrument import IOSaver
 
 from saveio_runs import DEEP_MLP, saved_runs, tdbg  # noqa: F401 - saved_runs is a fixture
 
@@ -53,12 +55,16 @@ def test_saved_graphs_load_with_sources_inputs_and_both_outputs(saved_runs):
     with torch.no_grad():
         again = fwd.gm(*fwd.inputs)
     assert all(torch.equal(a, e) for a, e in zip(again, fwd.expected))
+    # timed after warm-up (diagnose/timing.measure), to a budget, and judged NOISY or not
     timing = fwd.meta["timing"]
-    assert timing["samples"] == 5 and 0 < timing["min_s"] <= timing["median_s"]
+    assert timing["samples"] == len(timing["times_s"]) >= timing_rules.MIN_SAMPLES
+    assert timing["warmup_calls"] >= timing_rules.WARMUP_MIN_CALLS + timing_rules.WARMUP_WINDOW - 1
+    assert 0 < timing["min_s"] <= timing["q1_s"] <= timing["median_s"] <= timing["q3_s"]
+    assert timing["noisy"] == timing_rules.noisy_reason(timing["times_s"], timing["busy_share"])
     # tdbg's kernels are timed one by one too, under the names its wrapper gives them
     kernels = timing["per_kernel"]
     assert any(k.startswith("cpp_fused_") and "sigmoid" in k for k in kernels)
-    assert all(v["samples"] == 5 and v["median_s"] > 0 for v in kernels.values())
+    assert all(v["samples"] == IOSaver.KERNEL_REPEATS and v["median_s"] > 0 for v in kernels.values())
 
 
 def test_saved_folder_is_relocatable(saved_runs, tmp_path):

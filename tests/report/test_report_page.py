@@ -219,3 +219,12 @@ def test_report_of_a_save_io_folder(tmp_path):
     (damaged / "manifest.json").write_text('{"format": "something-else/9"}')
     with pytest.raises(ValueError, match="this tdbg cannot read it"):
         report.folder_document(str(damaged))
+
+
+def test_html_adds_the_page_and_no_compiler_log_lines(foo2_run):
+    """Issue 25: --html switched the compiler's debug traces on for its page, and with them the
+    `compiler` log channel (config.debug turns it on): lines the same run without --html never prints."""
+    assert foo2_run.code == 16, foo2_run.stderr
+    assert "[tdbg." not in foo2_run.stderr and "[tdbg." not in foo2_run.stdout
+    assert [d for d in os.listdir(os.path.join(foo2_run.html_dir, "debug")) if d.startswith("run_")]
+    assert f"HTML report: {foo2_run.html_dir}/index.html" in foo2_run.stderr

@@ -98,7 +98,8 @@ def test_a_missing_backend_module_or_input_file_exits_3(tmp_path):
     os.remove(os.path.join(folder, "mybk.py"))
     proc = run_repro(folder, tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("Cannot run this repro: cannot run: the backend module 'mybk' does not import")
+    assert proc.stdout.startswith("Cannot run this repro: the backend module 'mybk' does not import")
+    assert proc.stdout.count("does not import") == 1     # said once (issue 25)
     (tmp_path / "src" / "mybk.py").rename(os.path.join(folder, "mybk.py"))
     for name in os.listdir(os.path.join(folder, "inputs")):
         with open(os.path.join(folder, "inputs", name), "ab") as f:
