@@ -347,8 +347,9 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
     from tdbg.minifier.runs.backends import resolve
     from tdbg.minifier.runs.instrument import Session
 
+    from tdbg.minifier.runs.names import backend_label
     from tdbg.minifier.runs.own_backend import OWN
-    step(f"loading backend {backend}")
+    step(f"loading backend {backend_label(backend)}")
     resolved = None if backend == OWN else _resolve(resolve, backend, cfg, script)
     step(f"the eager run of {script}")
     eager = run_script(script, argv, "eager", Session(None), capture=True)
@@ -363,7 +364,7 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
         session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind, backend_name=backend)
     before = _entries(cfg.debug_dir)
     with tdbg_config.use(cfg), _quiet_compiler_log(cfg):
-        step(f"the compiled run of {script} (backend {backend})")
+        step(f"the compiled run of {script} (backend {backend_label(backend)})")
         compiled = run_script(script, argv, "compiled", session)
         _check_pass(compiled, script)
         # the replays repeat the script's calls; whatever they print was already shown once

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.compiler.torch_compat import RUN_WARM
+from tdbg.minifier.runs.names import backend_label, canonical_backend
 from tdbg.minifier.runs.own_backend import OWN
 
 MAX_MESSAGE_LINES = 12
@@ -71,6 +72,10 @@ class RunRequest:
     # vs aten graph vs compiled) judged at its first call and written to path
     # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
     stage_check: Optional[dict] = None
+
+    def __post_init__(self):
+        # one name for tdbg's compiler in the child, its verdict and what it suggests (`tdbg` -> `inductor`)
+        self.backend = canonical_backend(self.backend)
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -411,7 +416,7 @@ def _save_io_summary(savers: list, backend: str) -> dict:
     manifest = savers[0].writer.manifest
     dynamo = [s for s in savers if s.after != "aot"]
     note = None if not dynamo else (
-        f"backward graphs were not saved: backend {dynamo[0].backend.name} has no AOT stage tdbg can hook, so each "
+        f"backward graphs were not saved: backend {backend_label(dynamo[0].backend.name)} has no AOT stage tdbg can hook, so each "
         "Dynamo graph was saved whole (kind dynamo)")
     return {"dir": savers[0].writer.directory, "after": "dynamo" if dynamo else "aot",
             "graphs": [g["name"] for g in manifest["graphs"]],
