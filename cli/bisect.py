@@ -114,15 +114,15 @@ def _next_commands(result: dict, minify: str) -> list:
 def render(result: dict, minify: str) -> None:
     from rich.markup import escape
     c = out()
-    own = result.get("own")
+    own, label = result.get("own"), common.backend_label(result.get("backend"))
     if own and result.get("backend"):
-        c.print(f"[bold]Backend:[/] {escape(common.backend_label(result['backend']))}, the script's own (torch.compile asks for "
+        c.print(f"[bold]Backend:[/] {escape(label)}, the script's own (torch.compile asks for "
                 f"{escape(', '.join(own['asked']))})")
     if own and own.get("note"):
         c.print(f"  [bold yellow]note:[/] {escape(own['note'])}")
     if result.get("replaced"):
         c.print(f"  [bold yellow]replaced:[/] your script asked for {escape('; '.join(result['replaced']))}; the chain "
-                f"runs up to {escape(common.backend_label(result['backend']))} instead (--backend {escape(result['backend'])})")
+                f"runs up to {escape(label)} instead (--backend {escape(result['backend'])})")
     _render_chain(c, result)
     if result["subsystems"]:
         c.print("[bold]Compiler subsystems[/] (switched off one at a time):")

@@ -230,8 +230,9 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
         _replaced_lines(verdict, backend)
         for g in graphs:
             if verdict.get("check_policy") and not g.get("checked") and not g.get("unchecked"):
-                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} (frame {escape(common.frame_label(g.get('frame')))}) "
-                        "was compiled but never called")
+                frame = common.frame_label(g.get("frame"))
+                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} (frame {escape(frame)}) was compiled but "
+                        "never called")
             for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
             if g.get("draws_random"):

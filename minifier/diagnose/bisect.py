@@ -249,8 +249,9 @@ def _own_backend(reference: dict) -> dict:
     elif unnamed:
         result["backend"] = OWN
     if extras and result["backend"] not in (None, OWN):
-        result["note"] = (f"the script asks for {', '.join(extras)}; the chain's runs use {backend_label(result['backend'])} with "
-                          "its defaults, and only the script's own run (tdbg run) keeps the mode/options")
+        result["note"] = (f"the script asks for {', '.join(extras)}; the chain's runs use "
+                          f"{backend_label(result['backend'])} with its defaults, and only the script's own run "
+                          "(tdbg run) keeps the mode/options")
     return result
 
 
@@ -589,7 +590,8 @@ def _torch_reproduce(prober: _Prober, layer: str, culprit: dict, stage: str) -> 
 def _torch_verdict(result: dict, stage: str) -> dict:
     chain, backend = result["chain"], result["first_failing_backend"]
     prev = chain[chain.index(backend) - 1]
-    parts = [f"{backend_label(backend)} fails ({stage}) where {backend_label(prev)} passes{_graph_words(result['graph'])}"]
+    parts = [f"{backend_label(backend)} fails ({stage}) where {backend_label(prev)} passes"
+             f"{_graph_words(result['graph'])}"]
     fixed = [r["name"] for r in result["subsystems"] if r["result"] == "passes"]
     unprobed = [f"{r['name']} ({r['result']})" for r in result["subsystems"]
                 if r["result"].startswith(("not probed", "could not"))]

@@ -227,12 +227,14 @@ def graphs_section(ctx: dict):
         brk = (f"<div class=\"bad\">graph break: {h(g.get('reason'))} at "
                f"{h(_frame_line((g.get('stack') or [{}])[-1]))}</div>") if g.get("graph_break") else ""
         checked = f", accuracy checked on {g.get('checked_calls', 0)} call(s)" if g.get("checked") else ""
-        parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(frame_label(g.get('frame')))}): {len(g.get('ops') or [])} op(s)"
+        frame = frame_label(g.get("frame"))
+        parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(frame)}): {len(g.get('ops') or [])} op(s)"
                      f"{h(checked)}</h3>{lines}{brk}")
     for r in verdict.get("recompiles") or []:
         r = r if isinstance(r, dict) else {"reason": r}
         where = f" at {os.path.basename(str(r['file']))}:{r.get('line')}" if r.get("file") else ""
-        parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r.get('frame')))}{h(where)}: {h(r.get('reason'))}</div>")
+        parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r.get('frame')))}{h(where)}: "
+                     f"{h(r.get('reason'))}</div>")
     return "".join(parts)
 
 
@@ -249,7 +251,8 @@ def _explain_graphs(report: dict) -> str:
         for g in fn.get("graphs") or []:
             lines = "".join(f"<div class=\"mono\">line {h(ln['line'])}: {h(ln['code'])} "
                             f"<span class=\"dim\">-&gt; {h(', '.join(ln['ops']))}</span></div>" for ln in g["lines"])
-            parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(frame_label(g['frame']))}): {h(g['op_count'])} op(s){lines}</div>")
+            parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(frame_label(g['frame']))}): "
+                         f"{h(g['op_count'])} op(s){lines}</div>")
         for b in fn.get("breaks") or []:
             parts.append(f"<div class=\"bad\">graph break at {h(b['line'])}</div>"
                          f"<div class=\"note\">why: {h(b['reason'])}</div>")
