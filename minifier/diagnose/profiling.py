@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from tdbg.minifier.runs.names import frame_label
+
 KERNEL_NAME = re.compile(r"cpp_fused")
 # where the compiled run's self CPU time goes: (category, pattern on the profiler row name); first match wins
 TIME_CATEGORIES = (
@@ -550,7 +552,7 @@ def _flag_graph_breaks(r: ProfileReport) -> list:
 
 
 def _flag_recompiles(r: ProfileReport) -> list:
-    return [{"kind": "recompiles", "message": f"{fn['function']}: {rc['frame']} recompiled because "
+    return [{"kind": "recompiles", "message": f"{fn['function']}: {frame_label(rc['frame'])} recompiled because "
              f"{rc['changed']}" + (f"; {rc['suggestion']}" if rc["suggestion"] else "")}
             for fn in r.explain["functions"] for rc in fn["recompiles"]]
 

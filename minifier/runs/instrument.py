@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.runs import own_backend
 from tdbg.minifier.runs.backends import BackendError
-from tdbg.minifier.runs.names import is_frame_of
+from tdbg.minifier.runs.names import is_frame_of, source_line
 from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
@@ -101,7 +101,7 @@ def _caller_line() -> Optional[str]:
     if frame is None:
         return None
     code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}: {code}"
+    return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, code)
 
 
 def _current_frame_name() -> str:

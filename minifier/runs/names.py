@@ -10,8 +10,9 @@ command-line name (`inductor`), never the label.
 Frames. Dynamo continues a function after a graph break in a generated "resume function" named
 `torch_dynamo_resume_in_<function>_at_<line>` (torch/_dynamo/resume_execution.py), where <line>
 is the line of the break. Output shows it as the user's function, `frame_label`:
-"train_step, resumed after the break at line 12"; `function_of` gives the function alone.
-JSON keeps Dynamo's code name (`frame` fields), which is what Dynamo's own logs print.
+"train_step, resumed after the break at line 12"; `function_of` gives the function alone, and
+`source_line` ('file:line in fn: code', the `source` of errors and culprits) names it too.
+JSON keeps Dynamo's code name in `frame` fields, which is what Dynamo's own logs print.
 """
 from __future__ import annotations
 
@@ -64,6 +65,12 @@ def frame_label(frame: Optional[str]) -> str:
     if not m:
         return frame or "<unknown>"
     return f"{function_of(frame)}, resumed after the break at line {m['line']}"
+
+
+def source_line(file: str, line, function: Optional[str], code: str) -> str:
+    """A user line as output and JSON `source` fields give it: 'file:line in fn: code', the
+    function by the user's name (a line inside a resume function is in that function)."""
+    return f"{file}:{line} in {function_of(function)}: {code}"
 
 
 def is_frame_of(frame: Optional[str], function: str) -> bool:

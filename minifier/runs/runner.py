@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.compiler.torch_compat import RUN_WARM
-from tdbg.minifier.runs.names import backend_label, canonical_backend
+from tdbg.minifier.runs.names import backend_label, canonical_backend, source_line
 from tdbg.minifier.runs.own_backend import OWN
 
 MAX_MESSAGE_LINES = 12
@@ -591,7 +591,7 @@ def _user_line(chain, script: str) -> Optional[str]:
 
 
 def _fmt(frame: dict) -> str:
-    return f"{_rel(frame['file'])}:{frame['line']} in {frame['function']}: {frame['code']}"
+    return source_line(_rel(frame['file']), frame['line'], frame['function'], frame['code'])
 
 
 def _rel(path: str) -> str:

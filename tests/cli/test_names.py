@@ -57,6 +57,8 @@ def test_tdbg_is_the_canonical_inductor():
 def test_frame_label(frame, label, function):
     assert (names.frame_label(frame), names.function_of(frame)) == (label, function)
     assert names.is_frame_of(frame, function)
+    # a user line (errors' and culprits' `source`) is in the user's function too
+    assert names.source_line("t.py", 13, frame, "return x") == f"t.py:13 in {function}: return x"
 
 
 # -- every command, in this process -------------------------------------------------------------
@@ -216,3 +218,21 @@ def test_a_real_tdbg_run_names_its_compiler_and_the_users_functions(scenarios):
     frames = [g["frame"] for fn in r.json["functions"] for g in fn["graphs"]]
     assert frames == ["toy_example", "torch_dynamo_resume_in_toy_example_at_7",
                       "torch_dynamo_resume_in_toy_example_at_8", "torch_dynamo_resume_in_toy_example_at_8"]
+
+
+@pytest.mark.scenario("run_toy_tdbg_accuracy")
+def test_a_failure_in_a_resume_function_is_placed_in_the_users_function(scenarios):
+    """The wrong `mul` runs in a graph after the graph break: the FAILED report names tdbg's
+    compiler, the graph by its function and the source line in that function (was `in
+    torch_dynamo_resume_in_toy_example_at_8`)."""
+    r = scenarios["run_toy_tdbg_accuracy"]
+    assert r.code == exit_code("accuracy"), r.output
+    assert r.json["backend"] == "inductor" and r.json["verdict"]["error"]["frame"] == \
+        "torch_dynamo_resume_in_toy_example_at_8"
+    assert "  backend: tdbg's compiler (inductor)\n" in r.stdout
+    assert re.search(r"^  graph: [23] \(frame toy_example, resumed after the break at line 8\) forward, while "
+                     r"running \(call 1\)$", r.stdout, re.M), r.stdout
+    assert "  source: examples/toy_example.py:10 in toy_example: return x * b\n" in r.stdout
+    assert r.json["verdict"]["error"]["source"] == "examples/toy_example.py:10 in toy_example: return x * b"
+    assert r.json["next_commands"][0] == "tdbg bisect examples/toy_example.py --backend inductor"
+    assert not BARE.search(r.output) and "torch_dynamo_resume" not in r.output, r.output
