@@ -24,8 +24,8 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.bisect", 2
 def bisect(script, args, backend, timeout, jobs, json_path):
     """Find where SCRIPT (ARGS after --) breaks under torch.compile with --backend.
 
-    Runs it uncompiled, then along the backends chain up to --backend (inductor: eager, aot_eager,
-    inductor; torch:inductor: eager, torch:aot_eager, torch:aot_eager_decomp_partition,
+    Runs it uncompiled, then along the backends chain up to --backend (inductor, tdbg's compiler:
+    eager, aot_eager, inductor; torch:inductor: eager, torch:aot_eager, torch:aot_eager_decomp_partition,
     torch:inductor; any other: eager, then it), each in its own process with every compiled graph
     checked against eager. When tdbg's compiler is the first to fail it goes on by itself: which
     graph, which compiler subsystem, then which lowered op or fusion (FX node and kernel). When a
@@ -114,16 +114,15 @@ def _next_commands(result: dict, minify: str) -> list:
 def render(result: dict, minify: str) -> None:
     from rich.markup import escape
     c = out()
-    own = result.get("own")
+    own, label = result.get("own"), common.backend_label(result.get("backend"))
     if own and result.get("backend"):
-        c.print(f"[bold]Backend:[/] {escape(result['backend'])}, the script's own (torch.compile asks for "
+        c.print(f"[bold]Backend:[/] {escape(label)}, the script's own (torch.compile asks for "
                 f"{escape(', '.join(own['asked']))})")
     if own and own.get("note"):
         c.print(f"  [bold yellow]note:[/] {escape(own['note'])}")
     if result.get("replaced"):
-        from tdbg.minifier.runs.own_backend import display
         c.print(f"  [bold yellow]replaced:[/] your script asked for {escape('; '.join(result['replaced']))}; the chain "
-                f"runs up to {escape(display(result['backend']))} instead (--backend {escape(result['backend'])})")
+                f"runs up to {escape(label)} instead (--backend {escape(result['backend'])})")
     _render_chain(c, result)
     if result["subsystems"]:
         c.print("[bold]Compiler subsystems[/] (switched off one at a time):")
@@ -162,7 +161,7 @@ def _render_chain(c, result: dict) -> None:
             else f"[red]FAIL[/] ({row['stage']})"
         words = (row or {}).get("adds") or ""
         time_s = f"{row['duration_s']:.1f} s" if row and row.get("duration_s") is not None else ""
-        table.add_row(escape(backend), escape(words), status, time_s)
+        table.add_row(escape(common.backend_label(backend)), escape(words), status, time_s)
     c.print(table)
 
 

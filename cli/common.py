@@ -39,14 +39,33 @@ def script_arguments(fn):
 OWN = "own"   # backends.OWN, spelled here so --help imports no library module
 BACKEND_HELP = ("own (the default): each torch.compile call's own backend, mode and options, as the script "
                 "runs them; or one backend for every call, replacing the script's: eager, aot_eager, inductor "
-                "(tdbg's compiler), torch:NAME (torch:inductor is PyTorch's Inductor), module:function or "
-                "file.py:function.")
+                "(tdbg's compiler; also spelled tdbg, as in torch.compile(backend=\"tdbg\")), torch:NAME "
+                "(torch:inductor is PyTorch's Inductor), module:function or file.py:function.")
+
+
+def canonical_backend(ctx, param, value):
+    """click callback of every --backend: `tdbg` becomes `inductor`, the one name of tdbg's compiler
+    that the command's code, its suggestions and its JSON use (names.BACKEND_ALIASES)."""
+    from tdbg.minifier.runs.names import canonical_backend as canonical
+    return canonical(value)
 
 
 def backend_option(extra: str = ""):
     """--backend, the same default (the script's own) and words in every command."""
-    return click.option("--backend", default="own", show_default=True, metavar="NAME",
+    return click.option("--backend", default="own", show_default=True, metavar="NAME", callback=canonical_backend,
                         help=BACKEND_HELP + (" " + extra if extra else ""))
+
+
+def backend_label(name) -> str:
+    """A backend as output names it (names.backend_label: tdbg's compiler is never a bare "inductor")."""
+    from tdbg.minifier.runs.names import backend_label as label
+    return label(name)
+
+
+def frame_label(frame) -> str:
+    """A Dynamo frame as output names it: a resume function by its user function (names.frame_label)."""
+    from tdbg.minifier.runs.names import frame_label as label
+    return label(frame)
 
 
 def json_option(fn):
@@ -262,22 +281,20 @@ def ran_backend(verdict: dict, backend: str):
 
 def ran_words(verdict: dict, backend: str) -> str:
     """Which backend compiled, in words that never mistake tdbg's compiler for PyTorch's Inductor."""
-    from tdbg.minifier.runs.own_backend import display
     if backend != OWN:
-        return display(backend)
+        return backend_label(backend)
     rows = (verdict.get("compile_backends") or {}).get("rows") or []
     ran = sorted({r["ran"] for r in rows if r.get("ran")})
-    return (", ".join(display(r) for r in ran) or "no backend") + " (the script's own)"
+    return (", ".join(backend_label(r) for r in ran) or "no backend") + " (the script's own)"
 
 
 def replaced_lines(verdict: dict, backend: str) -> list:
     """One line per distinct torch.compile call whose own backend, mode or options --backend replaced
     (the child's `compile_backends` record), in every command's words."""
-    from tdbg.minifier.runs.own_backend import display
     lines = []
     for row in (verdict.get("compile_backends") or {}).get("rows") or []:
         if row.get("replaced"):
             calls = ", ".join(str(n) for n in row.get("calls") or [])
             lines.append(f"your script asked for {row['asked']} (torch.compile call {calls}); ran "
-                         f"{display(row['ran'])} instead (--backend {backend})")
+                         f"{backend_label(row['ran'])} instead (--backend {backend})")
     return lines

@@ -87,7 +87,8 @@ def _compare_script(script, args, backend, graphs, tolerance, timeout, json_path
     tmp = tempfile.mkdtemp(prefix="tdbg-compare-")
     try:
         folder, stages = os.path.join(tmp, "io"), os.path.join(tmp, "stages.json")
-        with doing(f"the run of {script} with backend {backend}, judging each graph's stages and saving its inputs"):
+        with doing(f"the run of {script} with backend {common.backend_label(backend)}, judging each graph's stages "
+                   "and saving its inputs"):
             verdict = run_script(RunRequest(script=script, argv=args, backend=backend, timeout=timeout,
                                             save_io=folder, stage_check={"path": stages, "tolerance": tolerance},
                                             stdout_to_stderr=json_path == "-"))
@@ -281,7 +282,7 @@ def _render_stages(c, s: dict) -> None:
     from rich.table import Table
     label, style = STAGE_LABELS[s["verdict"]]
     c.print(f"\n[bold]{escape(s['name'])}[/] (Dynamo graph vs aten graph vs compiled, backend "
-            f"{escape(str(s['backend']))}): [{style}]{label}[/]")
+            f"{escape(common.backend_label(s['backend']))}): [{style}]{label}[/]")
     c.print(f"  {escape(s['message'])}")
     if s.get("culprit"):
         k = s["culprit"]
@@ -312,8 +313,8 @@ def _render_graph(c, g: dict, bisect: Optional[str] = None) -> None:
         return
     what = f"{len(g['nodes'])} nodes, {len(g['outputs'])} outputs" if g["mode"] == "nodes" else \
         f"{len(g['outputs'])} outputs"
-    c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}, {what}, backend {escape(str(g['backend']))}): "
-            f"[{style}]{label}[/]")
+    backend = common.backend_label(g["backend"])
+    c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}, {what}, backend {escape(backend)}): [{style}]{label}[/]")
     c.print(f"  {escape(g['message'])}")
     culprit = g.get("culprit") or (g["first_divergence"] if g["verdict"] in ("fused", "outputs_differ") else None)
     if culprit:

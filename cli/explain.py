@@ -42,7 +42,7 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
     from tdbg.minifier.diagnose.explain import build_report, exceeded
     from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script
-    with doing(f"the run of {script} with backend {backend}"):
+    with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
         verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
                                         timeout=timeout, stdout_to_stderr=json_path == "-",
                                         quiet_compiler_log=traces_for_page_only()))
@@ -118,7 +118,7 @@ def _render_function(c, fn: dict) -> None:
     for g in fn["graphs"]:
         ops = ", ".join(f"{k}" + (f" x{n}" if n > 1 else "") for k, n in g["ops"].items())
         again = f"; {AGAIN_WORDS[g['again']].format(g['again_of'])}" if g.get("again") else ""
-        c.print(f"  graph {g['index']} ({escape(g['frame'])}{again}): {g['op_count']} op(s): {escape(ops)}")
+        c.print(f"  graph {g['index']} ({escape(common.frame_label(g['frame']))}{again}): {g['op_count']} op(s): {escape(ops)}")
         for line in g["lines"]:
             c.print(f"      line {line['line']}: {escape(line['code'])}  [dim]-> {escape(', '.join(line['ops']))}[/]")
     for i, b in enumerate(fn["breaks"], 1):
@@ -133,7 +133,7 @@ def _render_function(c, fn: dict) -> None:
         c.print(f"  guards: {guards['total']} ({escape(kinds)}); tensors checked: {escape(tensors)}")
     for r in fn["recompiles"]:
         where = f" at {r['line']}" if r.get("line") else ""
-        c.print(f"  [bold magenta]recompile[/] of {escape(r['frame'])}{escape(where)}: {escape(r['changed'])}")
+        c.print(f"  [bold magenta]recompile[/] of {escape(common.frame_label(r['frame']))}{escape(where)}: {escape(r['changed'])}")
         for other in r["also"]:
             c.print(f"      also: {escape(other)}")
         if r["suggestion"]:

@@ -253,8 +253,9 @@ def _available(name: str) -> bool:
 def cli():
     """tdbg: find, explain and shrink torch.compile failures on CPU.
 
-    Backends (--backend): eager, aot_eager, inductor (tdbg's own compiler), torch:NAME (any
-    backend registered with Dynamo, e.g. torch:inductor), module:function or file.py:function.
+    Backends (--backend): eager, aot_eager, inductor (tdbg's own compiler; also spelled tdbg),
+    torch:NAME (any backend registered with Dynamo; torch:inductor is PyTorch's Inductor),
+    module:function or file.py:function.
     """
 
 

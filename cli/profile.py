@@ -8,8 +8,8 @@ import time
 
 import click
 
-from tdbg.cli.common import (backend_option, base_config, check_backend, check_output_dir, check_output_file, json_option,
-                             require_script, script_arguments)
+from tdbg.cli.common import (backend_label, backend_option, base_config, check_backend, check_output_dir,
+                             check_output_file, frame_label, json_option, require_script, script_arguments)
 from tdbg.cli.console import doing, err, exit_codes_help, fail, now_doing, out, render_evidence, write_json
 
 JSON_SCHEMA = "tdbg.profile"
@@ -106,7 +106,7 @@ def render(report, start: str, trace_note: str = "") -> None:
     from rich.markup import escape
     from rich.table import Table
     c = out()
-    c.print(f"[bold]tdbg profile[/] {escape(report.script)}  backend={report.backend}  "
+    c.print(f"[bold]tdbg profile[/] {escape(report.script)}  backend: {escape(backend_label(report.backend))}  "
             f"iterations={report.iterations}  {start}")
     t = Table(title="time per call (medians after warm-up, alternating eager/compiled)")
     for col in ("callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s", "faults/call"):
@@ -140,7 +140,7 @@ def _render_compile(report) -> None:
         t.add_column(col, justify="right" if col in ("ops", "backend s") else "left")
     for g in report.graphs:
         note = "recompile" if g.recompile else ""
-        t.add_row(g.compile_id, g.frame, str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
+        t.add_row(g.compile_id, frame_label(g.frame), str(g.ops), f"{g.seconds:.3f}", (note + (" failed: " + g.error if g.error else "")).strip())
     _table(t)
     backend_s = sum(g.seconds for g in report.graphs)
     first_s = sum(cp.first_call_s for cp in report.callables)

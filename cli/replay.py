@@ -11,7 +11,7 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.replay", 1
 
 @click.command(epilog=exit_codes_help())
 @click.argument("path", type=click.Path())
-@click.option("--backend", default=None, metavar="NAME",
+@click.option("--backend", default=None, metavar="NAME", callback=common.canonical_backend,
               help="Compile with NAME instead of the backend the run used (eager: run the graph uncompiled).")
 @common.json_option
 def replay(path, backend, json_path):
@@ -58,7 +58,7 @@ def render(docs: list, codes: list) -> None:
         if doc["status"] == "ok":
             err = doc["max_abs_error"]
             worst = (f", max abs error {err:.3g}" + (" (bit-identical)" if err == 0 else "")) if err is not None else ""
-            c.print(f"[bold green]OK[/] {escape(doc['graph'])} ({doc['kind']}): backend {escape(doc['backend'])}, "
+            c.print(f"[bold green]OK[/] {escape(doc['graph'])} ({doc['kind']}): backend {escape(common.backend_label(doc['backend']))}, "
                     f"{doc['outputs']} output(s) match the saved eager outputs{worst}, {doc['seconds']:.1f} s")
             _row(c, "config", _config_text(doc.get("config")))
             continue
@@ -66,7 +66,7 @@ def render(docs: list, codes: list) -> None:
         words = common.STAGE_WORDS.get(doc["stage"], str(doc["stage"]))
         c.print(f"[bold red]FAILED[/] {escape(doc['graph'])} ({doc['kind']}): {escape(words)} "
                 f"(stage {doc['stage']}, exit code {code})")
-        for key, value in (("backend", doc["backend"]), ("config", _config_text(doc.get("config"))),
+        for key, value in (("backend", common.backend_label(doc["backend"])), ("config", _config_text(doc.get("config"))),
                            ("source", error.get("source")),
                            ("fx node", error.get("fx_node")), ("kernel", error.get("kernel")),
                            ("error", error.get("message"))):

@@ -87,7 +87,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
                          quiet_compiler_log=not debug and traces_for_page_only())
     with _io_folder(save_io, kernel_tests) as io_dir:
         request.save_io, request.save_io_profile = io_dir, profile_io
-        with doing(f"the run of {script} with backend {backend}"):
+        with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
             verdict = run_script(request)
         verdict["timeout"] = timeout
         code, commands = _outcome(verdict, script, args, backend, function)
@@ -178,8 +178,10 @@ def _outcome(verdict: dict, script: str, args, backend: str, function=None):
         verdict.update(status="failed", stage="bad_input",
                        error={"type": "bad_input", "message": common.never_compiled_message(script)})
     elif verdict["status"] == "ok" and function and not verdict.get("graphs"):
-        skipped = verdict.get("skipped_frames") or []
-        seen = f"the frames torch.compile reached were: {', '.join(skipped)}" if skipped else \
+        # by their functions' names (a resume function is its function's): what --function takes
+        from tdbg.minifier.runs.names import function_of
+        skipped = list(dict.fromkeys(function_of(f) for f in verdict.get("skipped_frames") or []))
+        seen = f"the functions torch.compile reached were: {', '.join(skipped)}" if skipped else \
             "torch.compile reached no frame at all"
         verdict.update(status="failed", stage="bad_input",
                        error={"type": "bad_input", "message": f"--function {function}: no frame of a function named "
@@ -230,8 +232,9 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
         _replaced_lines(verdict, backend)
         for g in graphs:
             if verdict.get("check_policy") and not g.get("checked") and not g.get("unchecked"):
-                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} (frame {escape(str(g.get('frame')))}) "
-                        "was compiled but never called")
+                frame = common.frame_label(g.get("frame"))
+                c.print(f"  [bold yellow]not checked:[/] graph {g['index']} (frame {escape(frame)}) was compiled but "
+                        "never called")
             for miss in g.get("unchecked") or []:   # a pass that did not compare everything says so
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} call {miss['call']}: {escape(miss['reason'])}")
             if g.get("draws_random"):
@@ -299,7 +302,7 @@ def _graph_text(err: dict, count: int):
     call = f" (call {err['call']})" if err.get("call") else ""
     during = {"compile": "while compiling", "run": f"forward, while running{call}",
               "backward": f"backward, while running{call}"}.get(err.get("during"), "")
-    frame = f" (frame {err['frame']})" if err.get("frame") else ""
+    frame = f" (frame {common.frame_label(err['frame'])})" if err.get("frame") else ""
     return f"{err['graph']}{frame} {during}".strip()
 
 

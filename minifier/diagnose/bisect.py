@@ -41,6 +41,7 @@ from typing import Callable, Optional
 
 from tdbg.minifier.diagnose.torch_probe import PROBE_ENV, torch_probe  # noqa: F401 - the probe's names
 from tdbg.minifier.runs.backends import CHAIN, OWN
+from tdbg.minifier.runs.names import backend_label, canonical_backend, frame_label
 from tdbg.minifier.runs.runner import RunRequest, read_jsonl, run_script, zygote_pool
 
 # name, Config change that switches the subsystem off, what it is
@@ -159,6 +160,7 @@ def bisect(script: str, argv: list, changes: Optional[dict] = None, *, backend: 
     """The bisection result (see module docstring) for the chain ending at `backend`; `changes`
     apply to the config every child builds from its environment (so TDBG_* variables, e.g. an
     injected bug, carry through)."""
+    backend = canonical_backend(backend)   # `tdbg` is `inductor`: its chain and its subsystems
     tmp = tempfile.mkdtemp(prefix="tdbg-bisect-")
     start = time.monotonic()
     try:
@@ -194,7 +196,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
         return result
     failing = None
     for backend in chain:
-        verdict = prober.run(f"backend {backend}", backend)
+        verdict = prober.run(f"backend {backend_label(backend)}", backend)
         result["backends"].append({"backend": backend, "adds": layer_words(backend), **_short_run(verdict)})
         if _fails(verdict):
             failing = verdict
@@ -202,7 +204,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
             break
     if failing is None:
         result["verdict"] = {"level": "none", "stage": None,
-                             "summary": f"every backend of the chain {' -> '.join(chain)} matches the uncompiled "
+                             "summary": f"every backend of the chain {_chain_words(chain)} matches the uncompiled "
                                         "run: the failure did not happen under bisect"}
         return result
     backend = result["first_failing_backend"]
@@ -247,8 +249,9 @@ def _own_backend(reference: dict) -> dict:
     elif unnamed:
         result["backend"] = OWN
     if extras and result["backend"] not in (None, OWN):
-        result["note"] = (f"the script asks for {', '.join(extras)}; the chain's runs use {result['backend']} with "
-                          "its defaults, and only the script's own run (tdbg run) keeps the mode/options")
+        result["note"] = (f"the script asks for {', '.join(extras)}; the chain's runs use "
+                          f"{backend_label(result['backend'])} with its defaults, and only the script's own run "
+                          "(tdbg run) keeps the mode/options")
     return result
 
 
@@ -262,9 +265,14 @@ def _source(result: dict, failing: dict) -> Optional[str]:
 def _unreachable(chain: tuple, backend: str, failing: dict) -> dict:
     message = _first((failing.get("error") or {}).get("message"))
     later = chain[chain.index(backend) + 1:]
-    rest = f"; nothing is known about {', '.join(later)}" if later else ""
+    rest = f"; nothing is known about {_chain_words(later, ', ')}" if later else ""
     return {"level": "unreachable", "stage": failing.get("stage"),
-            "summary": f"could not run backend {backend} of the chain ({message}){rest}"}
+            "summary": f"could not run backend {backend_label(backend)} of the chain ({message}){rest}"}
+
+
+def _chain_words(chain, sep: str = " -> ") -> str:
+    """Backends of a chain as output names them (tdbg's compiler never a bare "inductor")."""
+    return sep.join(backend_label(b) for b in chain)
 
 
 def _first(text) -> str:
@@ -297,12 +305,12 @@ def _chain_verdict(backend: str, failing: dict, chain: tuple = CHAIN) -> dict:
     if backend in _CHAIN_BLAME:
         level, summary = _CHAIN_BLAME[backend]
         if later:   # the chosen backend was never run: say so rather than let the verdict read as its
-            summary += f"; the chain stopped there, so {', '.join(later)} did not run"
+            summary += f"; the chain stopped there, so {_chain_words(later, ', ')} did not run"
         return {"level": level, "stage": stage, "summary": summary}
     prev = chain[chain.index(backend) - 1] if chain.index(backend) else None
-    where = f" while {prev} passes" if prev else ""
+    where = f" while {backend_label(prev)} passes" if prev else ""
     return {"level": "backend", "stage": stage,
-            "summary": f"backend {backend} fails ({stage}){where}: the bug is in that backend or what it calls; "
+            "summary": f"backend {backend_label(backend)} fails ({stage}){where}: the bug is in that backend or what it calls; "
                        f"tdbg cannot look inside it ({_NEXT_STEP.get(stage, _NEXT_STEP[None])})"}
 
 
@@ -348,7 +356,7 @@ def _graph_words(graph: Optional[dict]) -> str:
     if not graph:
         return ""
     of = f" of {graph['of']}" if graph["of"] else ""
-    return f" in graph {graph['index']}{of} (frame {graph['frame']})"
+    return f" in graph {graph['index']}{of} (frame {frame_label(graph['frame'])})"
 
 
 def _subsystems(prober: _Prober, stage: str, jobs: int) -> list:
@@ -582,7 +590,8 @@ def _torch_reproduce(prober: _Prober, layer: str, culprit: dict, stage: str) -> 
 def _torch_verdict(result: dict, stage: str) -> dict:
     chain, backend = result["chain"], result["first_failing_backend"]
     prev = chain[chain.index(backend) - 1]
-    parts = [f"{backend} fails ({stage}) where {prev} passes{_graph_words(result['graph'])}"]
+    parts = [f"{backend_label(backend)} fails ({stage}) where {backend_label(prev)} passes"
+             f"{_graph_words(result['graph'])}"]
     fixed = [r["name"] for r in result["subsystems"] if r["result"] == "passes"]
     unprobed = [f"{r['name']} ({r['result']})" for r in result["subsystems"]
                 if r["result"].startswith(("not probed", "could not"))]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tdbg.compiler.errors import TdbgError
+from tdbg.minifier.runs.names import source_line
 
 DEFAULT_FIRST_CALLS = 3          # every graph's first calls are checked whatever their inputs
 DEFAULT_NEW_SIGNATURES = 100     # later calls with a new input signature, at most this many
@@ -317,7 +318,7 @@ def trace_source(trace: str, is_user_file: Callable[[str], bool]) -> Optional[st
     if not frames:
         return None
     f = frames[-1]
-    return f"{f['file']}:{f['line']} in {f['function']}: {f['code'].strip()}"
+    return source_line(f["file"], f["line"], f["function"], f["code"].strip())
 
 
 # -- helpers ------------------------------------------------------------------------------------

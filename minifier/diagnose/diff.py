@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.minifier.artifacts.saved_io import SavedGraph, load_saved
+from tdbg.minifier.runs.names import backend_label
 
 DEFAULT_SLOWER_RATIO = 1.25
 
@@ -88,7 +89,8 @@ def diff_saved(dir_a: str, dir_b: str, *, slower_ratio: float = DEFAULT_SLOWER_R
             graphs.append(diff_graph(a[name], b[name], slower_ratio))
     with_timings = [bool(r.manifest.get("timings")) for r in (run_a, run_b)]
     timings = {(True, True): "both", (True, False): "a only", (False, True): "b only"}.get(tuple(with_timings), "none")
-    notes = [f"{key}: {run_a.manifest.get(key)} vs {run_b.manifest.get(key)}"
+    shown = {"backend": backend_label}   # tdbg's compiler never a bare "inductor" (PyTorch's reads torch:inductor)
+    notes = [f"{key}: {shown.get(key, str)(run_a.manifest.get(key))} vs {shown.get(key, str)(run_b.manifest.get(key))}"
              for key in ("torch", "tdbg", "backend", "threads") if run_a.manifest.get(key) != run_b.manifest.get(key)]
     return RunDiff(dir_a, dir_b, graphs, timings, notes)
 

@@ -25,6 +25,8 @@ import re
 from collections import Counter
 from typing import Optional
 
+from tdbg.minifier.runs.names import function_of   # resume functions fold into their user function
+
 # (pattern on Dynamo's break reason, plain words). First match wins; {0}, {1}... are groups.
 BREAK_REASONS = (
     (r"generic_jump|[Dd]ata-dependent (branching|jump)|[Dd]ynamic control flow",
@@ -127,12 +129,6 @@ def _first_line(text: str) -> str:
 def _rel(path: str) -> str:
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
-
-
-def function_of(frame: str) -> str:
-    """The user function a Dynamo frame belongs to (resume functions fold into their parent)."""
-    m = re.match(r"torch_dynamo_resume_in_(?P<fn>.+)_at_\d+$", frame or "")
-    return m["fn"] if m else (frame or "<unknown>")
 
 
 def _site(frame: dict) -> str:

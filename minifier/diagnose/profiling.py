@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from tdbg.minifier.diagnose.timing import (CpuWatch, Timing, alternate, calls_per_sample, median, minor_faults,
                                            warm_up)
+from tdbg.minifier.runs.names import frame_label
 
 KERNEL_NAME = re.compile(r"cpp_fused")
 # where the compiled run's self CPU time goes: (category, pattern on the profiler row name); first match wins
@@ -320,8 +321,9 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
     from tdbg.minifier.runs.backends import resolve
     from tdbg.minifier.runs.instrument import Session
 
+    from tdbg.minifier.runs.names import backend_label
     from tdbg.minifier.runs.own_backend import OWN
-    step(f"loading backend {backend}")
+    step(f"loading backend {backend_label(backend)}")
     resolved = None if backend == OWN else _resolve(resolve, backend, cfg, script)
     step(f"the eager run of {script}")
     eager = run_script(script, argv, "eager", Session(None), capture=True)
@@ -336,7 +338,7 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
         session = Session(timed_backend(resolved.compiler_fn, graphs), backend_kind=resolved.kind, backend_name=backend)
     before = _entries(cfg.debug_dir)
     with tdbg_config.use(cfg), _quiet_compiler_log(cfg):
-        step(f"the compiled run of {script} (backend {backend})")
+        step(f"the compiled run of {script} (backend {backend_label(backend)})")
         compiled = run_script(script, argv, "compiled", session)
         _check_pass(compiled, script)
         # the replays repeat the script's calls; whatever they print was already shown once
@@ -535,7 +537,7 @@ def _flag_graph_breaks(r: ProfileReport) -> list:
 
 
 def _flag_recompiles(r: ProfileReport) -> list:
-    return [{"kind": "recompiles", "message": f"{fn['function']}: {rc['frame']} recompiled because "
+    return [{"kind": "recompiles", "message": f"{fn['function']}: {frame_label(rc['frame'])} recompiled because "
              f"{rc['changed']}" + (f"; {rc['suggestion']}" if rc["suggestion"] else "")}
             for fn in r.explain["functions"] for rc in fn["recompiles"]]
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.minifier.artifacts.saved_io import SavedGraph, SavedIOError, read_manifest
+from tdbg.minifier.runs.names import backend_label
 
 
 @dataclass
@@ -97,7 +98,7 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
                 try:
                     compiled = runtime.compile_graph(graph.gm, inputs, spec, _folder(spec))
                 except runtime.CannotRun as e:
-                    raise SavedIOError(f"graph {graph.name} cannot be compiled with backend {name} here: {e}") from None
+                    raise SavedIOError(f"graph {graph.name} cannot be compiled with backend {backend_label(name)} here: {e}") from None
                 except Exception as e:  # the compiler's failure is the verdict
                     return _failed(result, graph, _stage(e, name), e, "compile")
         if graph.rng_state is not None:   # the saved call's RNG state: random ops draw what they drew

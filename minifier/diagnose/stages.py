@@ -146,6 +146,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     hook; `config` the tdbg Config it ran with. Failures of the backend propagate."""
     from tdbg.compiler import config as tconfig
     from tdbg.minifier.runs.backends import resolve
+    from tdbg.minifier.runs.names import backend_label
     config = config or tconfig.current()
     resolved = resolve(backend, config) if isinstance(backend, str) else backend
     backend = resolved.name
@@ -163,7 +164,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     except Exception:   # an op without float64 support: judged against eager alone
         ref = None
     aot_eager = _aot_eager(resolved, config)
-    notes = [] if aot_eager else [f"{backend} has no AOT stage tdbg can reach: the aten graph is not judged"]
+    notes = [] if aot_eager else [f"{backend_label(backend)} has no AOT stage tdbg can reach: the aten graph is not judged"]
     aot = _run_backend(aot_eager, gm, inputs, config) if aot_eager else None
     compiled = _run_backend(resolved.compiler_fn, gm, inputs, config)
     if len(aot or eager) != len(eager) or len(compiled) != len(eager):
@@ -187,7 +188,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
         result.verdict = "compiled"
         result.message = (f"{_listing(bad_comp, 'compiled')} differ(s) from the Dynamo graph run eagerly in the "
                           "compiled graph" + (" while the aten graph matches it: the compiler is at fault" if aot
-                                              else f" (inside {backend}, which tdbg cannot look into)"))
+                                              else f" (inside {backend_label(backend)}, which tdbg cannot look into)"))
     else:
         result.message = f"{len(values)} value(s) (outputs and inputs after the call) match at every stage"
     return result

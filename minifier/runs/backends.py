@@ -6,11 +6,16 @@ A backend name is one of:
                     (it names no one backend: the child resolves it per compile call).
   eager             Dynamo captures the program; PyTorch runs each FX graph as is.
   aot_eager         Dynamo + AOTAutograd with tdbg's decompositions; PyTorch runs the aten graphs.
-  inductor          Dynamo + AOTAutograd + tdbg's own compiler (`tdbg.compiler.make_backend`).
+  inductor          Dynamo + AOTAutograd + tdbg's own compiler (`tdbg.compiler.make_backend`). Also
+                    spelled `tdbg` (its name in `torch.compile(backend="tdbg")`); `canonical` turns
+                    that into `inductor`, the one name JSON and suggested commands use.
   torch:NAME        any backend registered with Dynamo (`torch._dynamo.list_backends()`).
   module:function   a user's backend callable, imported from an installed/importable module.
   path.py:function  a user's backend callable defined in a file. When the file is the script being
                     run, the function is looked up in the running script (so it is not executed twice).
+
+Output names a backend through `names.backend_label` ("tdbg's compiler (inductor)"), never a bare
+"inductor", which would read as PyTorch's Inductor (`torch:inductor`).
 
 `check_name(name)` validates the spelling without importing torch (for the CLI); `resolve(name,
 config)` returns a `Backend` whose `compiler_fn` is a Dynamo backend. Both raise `BackendError`
@@ -28,11 +33,13 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from tdbg.minifier.runs.names import BACKEND_ALIASES, canonical_backend as canonical  # noqa: F401 - re-exported
+
 # name -> one-line description; the factories live in _FACTORIES (they import torch).
 BUILTIN = {
     "eager": "Dynamo capture only; FX graphs run by PyTorch",
     "aot_eager": "Dynamo + AOTAutograd with tdbg's decompositions; run by PyTorch",
-    "inductor": "Dynamo + AOTAutograd + tdbg's compiler (generated C++)",
+    "inductor": "Dynamo + AOTAutograd + tdbg's compiler (generated C++); also spelled tdbg",
 }
 OWN = "own"
 # Order of the backends chain `tdbg bisect` walks: each adds one layer to the previous one.
@@ -52,9 +59,10 @@ class Backend:
 
 
 def choices_text(registered: Optional[list] = None) -> str:
-    names = ", ".join(BUILTIN)
-    text = (f"choose one of own (each torch.compile call's own backend, the default), {names}, torch:NAME (a backend registered with Dynamo"
-            + (f": {', '.join(registered)}" if registered else "")
+    text = ("choose one of own (each torch.compile call's own backend, the default), eager, aot_eager, inductor "
+            "(tdbg's compiler; also spelled tdbg), torch:NAME (a backend registered with Dynamo; torch:inductor is "
+            "PyTorch's Inductor"
+            + (f"; registered: {', '.join(registered)}" if registered else "")
             + "), module:function or path/to/file.py:function")
     return text
 
@@ -68,11 +76,11 @@ def nearest(name: str, names, prefix: str = "") -> str:
 
 def check_name(name: str) -> None:
     """Validate the spelling of `name` without importing torch; raise BackendError if wrong."""
-    if name in BUILTIN or name == OWN:
+    if name in BUILTIN or name in BACKEND_ALIASES or name == OWN:
         return
     head, sep, func = name.rpartition(":")
     if not sep or not head or not func:
-        raise BackendError(f"unknown backend {name!r}{nearest(name, [OWN, *BUILTIN, 'torch:inductor'])}: "
+        raise BackendError(f"unknown backend {name!r}{nearest(name, [OWN, *BUILTIN, *BACKEND_ALIASES, 'torch:inductor'])}: "
                            f"{choices_text()}.")
     if head == "torch":
         return
@@ -134,6 +142,7 @@ def resolve(name: str, config=None, script: Optional[str] = None) -> Backend:
     in `sys.modules["__main__"]` when first called instead of executing the file again.
     """
     check_name(name)
+    name = canonical(name)
     if name == OWN:
         raise BackendError("backend 'own' is each torch.compile call's own backend: it is resolved per compile "
                            "call while the script runs, not by name; give the backend to use by its name.")

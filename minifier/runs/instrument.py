@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.runs import own_backend
 from tdbg.minifier.runs.backends import BackendError
+from tdbg.minifier.runs.names import is_frame_of, source_line
 from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
@@ -100,7 +101,7 @@ def _caller_line() -> Optional[str]:
     if frame is None:
         return None
     code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}: {code}"
+    return source_line(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, code)
 
 
 def _current_frame_name() -> str:
@@ -109,10 +110,6 @@ def _current_frame_name() -> str:
         return InstructionTranslator.current_tx().f_code.co_name
     except Exception:  # not inside a Dynamo translation (a backend called by hand)
         return "<unknown>"
-
-
-def _frame_matches(frame: str, function: str) -> bool:
-    return frame == function or frame.startswith(f"torch_dynamo_resume_in_{function}_at_")
 
 
 def call_compiled(compiled: Callable, args) -> Any:
@@ -229,7 +226,7 @@ class Session:
         backend_fn = backend_fn or self.backend_fn
         backend_kind = self.backend_kind if backend_kind is None else backend_kind
         frame = _current_frame_name()
-        if self.function and not _frame_matches(frame, self.function):
+        if self.function and not is_frame_of(frame, self.function):
             # Skipping the frame (not running its graph eagerly) lets Dynamo see the functions it
             # calls as frames of their own, so `--function inner` works when inner is inlined.
             from tdbg.compiler.torch_compat import SkipFrame

@@ -44,11 +44,13 @@ class Asked:
         return extra
 
     def text(self) -> str:
-        """As the user wrote it: `toy_compiler, mode=reduce-overhead`, `inductor (the default)`."""
+        """As the user wrote it, `toy_compiler, mode=reduce-overhead`, except that PyTorch's Inductor
+        is always `torch:inductor` (`torch:inductor (torch.compile's default)` when none was named):
+        a bare "inductor" is tdbg's compiler on the command line."""
         if self.backend is None:
-            head = "inductor (torch.compile's default)"
+            head = "torch:inductor (torch.compile's default)"
         elif isinstance(self.backend, str):
-            head = self.backend
+            head = "torch:inductor" if self.backend == "inductor" else self.backend
         else:
             head = (_main_key(self.backend) or getattr(self.backend, "__name__", None)
                     or type(self.backend).__name__)
@@ -148,11 +150,3 @@ def summary(records: list) -> dict:
         out.append(row)
     return {"rows": out, "names": sorted({r.name for r in records if r.name}),
             "unnamed": sorted({r.text for r in records if r.name is None})}
-
-
-def display(name: Optional[str]) -> str:
-    """A backend name as output shows it: tdbg's compiler is never mistaken for PyTorch's Inductor."""
-    if name == "inductor":
-        return "tdbg's compiler (inductor)"
-    return name or "?"
-

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from tdbg.compiler.torch_compat import RUN_WARM
+from tdbg.minifier.runs.names import backend_label, canonical_backend, source_line
 from tdbg.minifier.runs.own_backend import OWN
 
 MAX_MESSAGE_LINES = 12
@@ -74,6 +75,10 @@ class RunRequest:
     # the compiler's debug traces were switched on for a report (--html), not by the user: its
     # `compiler` log channel (which config.debug turns on) stays quiet unless config.logs names it
     quiet_compiler_log: bool = False
+
+    def __post_init__(self):
+        # one name for tdbg's compiler in the child, its verdict and what it suggests (`tdbg` -> `inductor`)
+        self.backend = canonical_backend(self.backend)
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -417,7 +422,7 @@ def _save_io_summary(savers: list, backend: str) -> dict:
     manifest = savers[0].writer.manifest
     dynamo = [s for s in savers if s.after != "aot"]
     note = None if not dynamo else (
-        f"backward graphs were not saved: backend {dynamo[0].backend.name} has no AOT stage tdbg can hook, so each "
+        f"backward graphs were not saved: backend {backend_label(dynamo[0].backend.name)} has no AOT stage tdbg can hook, so each "
         "Dynamo graph was saved whole (kind dynamo)")
     return {"dir": savers[0].writer.directory, "after": "dynamo" if dynamo else "aot",
             "graphs": [g["name"] for g in manifest["graphs"]],
@@ -592,7 +597,7 @@ def _user_line(chain, script: str) -> Optional[str]:
 
 
 def _fmt(frame: dict) -> str:
-    return f"{_rel(frame['file'])}:{frame['line']} in {frame['function']}: {frame['code']}"
+    return source_line(_rel(frame['file']), frame['line'], frame['function'], frame['code'])
 
 
 def _rel(path: str) -> str:

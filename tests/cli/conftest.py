@@ -31,6 +31,8 @@ SCENARIOS = {
     "run_foo2_repro": (["run", "examples/foo2.py", "--backend", "inductor", "--repro-after", "aot", "--repro-level", "4", "--out", "{tmp}/repro"],
                        {"TDBG_INJECT_BUG": "neg:accuracy"}),
     "explain_toy": (["explain", "examples/toy_example.py", "--backend", "eager", "--max-graph-breaks", "2"], {}),
+    "explain_toy_tdbg": (["explain", "examples/toy_example.py", "--backend", "tdbg"], {}),
+    "run_toy_tdbg_accuracy": (["run", "examples/toy_example.py", "--backend", "tdbg"], {"TDBG_INJECT_BUG": "mul:accuracy"}),
     "explain_recompile": (["explain", "examples/recompile_example.py", "--backend", "eager", "--max-recompiles", "1"], {}),
     "bisect_dynamo": (["bisect", "examples/dynamo_failure.py", "--backend", "inductor"], {}),
     "bisect_script_fails": (["bisect", f"{SCRIPTS}/exits_seven.py", "--backend", "inductor"], {}),

@@ -4,7 +4,7 @@ import pytest
 from tdbg.minifier.runs import backends
 
 
-@pytest.mark.parametrize("name", ["eager", "aot_eager", "inductor", "torch:inductor", "tdbg.compiler:compile_fx",
+@pytest.mark.parametrize("name", ["eager", "aot_eager", "inductor", "tdbg", "torch:inductor", "tdbg.compiler:compile_fx",
                                   "examples/toy_compiler.py:toy_compiler"])
 def test_valid_names_pass_the_torch_free_check(name):
     backends.check_name(name)
@@ -12,7 +12,8 @@ def test_valid_names_pass_the_torch_free_check(name):
 
 @pytest.mark.parametrize("name, phrase", [
     ("inductr", "unknown backend 'inductr' (did you mean inductor or torch:inductor?): choose one of own (each "
-                "torch.compile call's own backend, the default), eager, aot_eager, inductor, torch:NAME"),
+                "torch.compile call's own backend, the default), eager, aot_eager, inductor (tdbg's compiler; also "
+                "spelled tdbg), torch:NAME (a backend registered with Dynamo; torch:inductor is PyTorch's Inductor)"),
     ("nofile.py:fn", "file 'nofile.py' does not exist"),
     ("1bad:fn", "is not MODULE:FUNCTION or FILE.py:FUNCTION"),
 ])

@@ -54,8 +54,8 @@ def test_foo2_accuracy_bug_ends_at_neg(scenarios):
                                  "env": {"TDBG_FALLBACK_OPS": "aten.neg.default"}}
     assert doc["minify_command"] == "tdbg minify examples/foo2.py --after aot --level 4 --backend inductor"
     # --backend replaced the script's own torch.compile default, and bisect says so
-    assert doc["replaced"] == ["inductor (torch.compile's default)"]
-    assert ("replaced: your script asked for inductor (torch.compile's default); the chain runs up to tdbg's compiler "
+    assert doc["replaced"] == ["torch:inductor (torch.compile's default)"]
+    assert ("replaced: your script asked for torch:inductor (torch.compile's default); the chain runs up to tdbg's compiler "
             "(inductor) instead (--backend inductor)") in scenarios["bisect_foo2_accuracy"].stdout
 
 

@@ -219,7 +219,7 @@ def test_tdbg_failing_itself_stops_the_bisection_instead_of_hunting_a_culprit(tm
         {"status": "failed", "stage": "internal", "error": {"message": message}})
     result = B._bisect(prober, 1, "inductor")
     assert result["verdict"] == {"level": "unreachable", "stage": "internal",
-                                 "summary": f"could not run backend inductor of the chain ({message})"}
+                                 "summary": f"could not run backend tdbg's compiler (inductor) of the chain ({message})"}
     assert "subsystems" not in result or not result["subsystems"]
     assert bisect_exit(result) == 70
 

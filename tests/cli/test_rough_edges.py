@@ -194,9 +194,10 @@ def test_explain_counts_the_graphs_it_lists_and_says_why_a_piece_has_two(monkeyp
     lines = console._out.file.getvalue().splitlines()
     assert lines[0] == "t.py: 1 compiled function(s), 5 graph(s) for 3 piece(s), 0 graph break(s), 1 recompile(s)"
     assert "toy_example: 5 graph(s) for 3 piece(s), 0 graph break(s), 1 recompile(s)" in lines
-    assert f"  graph 3 ({resume}; graph 2's piece again, reached another way, e.g. the other side of a branch): " \
+    shown = "toy_example, resumed after the break at line 8"   # frames by the user's function name
+    assert f"  graph 3 ({shown}; graph 2's piece again, reached another way, e.g. the other side of a branch): " \
            "2 op(s): mul x2" in lines
-    assert f"  graph 4 ({resume}; recompile of graph 2's piece: a guard failed): 1 op(s): mul" in lines
+    assert f"  graph 4 ({shown}; recompile of graph 2's piece: a guard failed): 1 op(s): mul" in lines
 
 
 # ---------------------------------------------------------------- repro.py's verdict (item 6)

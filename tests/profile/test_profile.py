@@ -53,6 +53,9 @@ def test_graph_breaks_and_recompiles_are_flagged(tmp_path, temp_root):
         ("0/1", "step", True), ("1/1", "torch_dynamo_resume_in_step_at_8", True)]
     assert [f["kind"] for f in doc["flags"]][:3] == ["graph_breaks", "recompiles", "recompiles"]
     assert "recompiled because argument `x` changed dtype: Float -> Double" in result.output
+    # the resume function by its user function (issue 25: never Dynamo's torch_dynamo_resume_in_step_at_8)
+    assert "step, resumed after the break at line 8 recompiled because argument `y`" in result.output
+    assert "torch_dynamo_resume" not in result.output
     # the script's output is shown once (its compiled run); the eager run and the replays print nothing
     assert result.output.count("between graphs\n") == 2
     assert json.loads(trace.read_text())["traceEvents"]

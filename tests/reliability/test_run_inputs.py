@@ -64,13 +64,14 @@ def test_check_calls_needs_check_accuracy_and_a_positive_count(no_child):
 
 
 def test_function_matching_no_frame_is_bad_input(monkeypatch):
-    verdict = {"status": "ok", "stage": None, "compile_calls": 1, "graphs": [], "skipped_frames": ["foo2"],
-               "error": None}
+    verdict = {"status": "ok", "stage": None, "compile_calls": 1, "graphs": [], "error": None,
+               "skipped_frames": ["foo2", "torch_dynamo_resume_in_foo2_at_7", "bar"]}
     monkeypatch.setattr(runner, "run_script", lambda request: dict(verdict))
     code, text = _run(["--function", "nosuchfn"])
     assert code == exit_code("bad_input")
+    # the names --function takes: a resume function is its function's (was listed by Dynamo's code name)
     assert ("--function nosuchfn: no frame of a function named 'nosuchfn' was compiled "
-            "(the frames torch.compile reached were: foo2); nothing was checked") in text
+            "(the functions torch.compile reached were: foo2, bar); nothing was checked") in text
 
 
 def _frames_of(session, fn, *args):

@@ -208,7 +208,8 @@ def test_report_of_a_folder_holding_a_saved_document(tmp_path):
 
 def test_report_of_a_save_io_folder(tmp_path):
     doc, dirs = report.folder_document(os.path.join(DATA, "saved_io"))
-    assert (doc["summary"], dirs) == ("1 saved graph(s) of prog.py (backend inductor, torch 2.13.0+cpu, after aot)", ())
+    assert (doc["summary"], dirs) == ("1 saved graph(s) of prog.py (backend tdbg's compiler (inductor), torch 2.13.0+cpu, "
+                                   "after aot)", ())
     html = report.build(doc, command="saved_io", headline=doc["summary"])
     body = html.split('id="saved-graphs"')[1].split("<tbody>")[1].split("</tbody>")[0]
     assert [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body)] == \

@@ -59,10 +59,10 @@ def test_mode_and_options_stay_with_the_call_and_are_reported_when_replaced(runs
     r = runs("mode")
     assert r.code == 0, r.output
     assert [(x["asked"], x["mode"], x["ran"], x["replaced"]) for x in rows(r)] == [
-        ("inductor (torch.compile's default), mode=reduce-overhead", "reduce-overhead", "torch:inductor", False)]
+        ("torch:inductor (torch.compile's default), mode=reduce-overhead", "reduce-overhead", "torch:inductor", False)]
     replaced = runs("mode_replaced")
     assert replaced.code == 0, replaced.output
-    assert ("replaced: your script asked for inductor (torch.compile's default), mode=reduce-overhead "
+    assert ("replaced: your script asked for torch:inductor (torch.compile's default), mode=reduce-overhead "
             "(torch.compile call 1); ran eager instead (--backend eager)") in replaced.stdout
 
 

@@ -15,6 +15,8 @@ import os
 import time
 from typing import Optional
 
+from tdbg.minifier.runs.names import backend_label
+
 from . import artifacts, page, sections
 
 INDEX = "index.html"
@@ -129,7 +131,8 @@ def _saved_io_folder(path: str) -> dict:
         code = "\n".join(artifacts.read_lines(os.path.join(folder, saved_io.GRAPH_SOURCE)))
         graphs.append({**row, "inputs": meta.get("inputs") or [], "compiled_error": meta.get("compiled_error"),
                        "timing": meta.get("timing"), "code": code})
-    summary = (f"{len(graphs)} saved graph(s) of {manifest.get('script')} (backend {manifest.get('backend')}, "
+    summary = (f"{len(graphs)} saved graph(s) of {manifest.get('script')} "
+               f"(backend {backend_label(manifest.get('backend'))}, "
                f"torch {manifest.get('torch')}, after {manifest.get('after')})")
     return {"schema": "tdbg.saved_io", "version": 1, "path": path, "status": "ok", "exit_code": None,
             "summary": summary, "saved_graphs": graphs}

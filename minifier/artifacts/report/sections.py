@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from tdbg.minifier.runs.names import backend_label, frame_label
+
 from .page import code_lines, fields, h, line_chart, pre, table
 
 # document schema -> its verdict fields (stage, source, graph, fx node, kernel, message) and next commands
@@ -30,7 +32,7 @@ def _graph_words(err: dict):
     if err.get("graph") is None:
         return None
     part = f" ({err['part']})" if err.get("part") else ""
-    return f"{err['graph']}{part}" + (f", frame {err['frame']}" if err.get("frame") else "")
+    return f"{err['graph']}{part}" + (f", frame {frame_label(err['frame'])}" if err.get("frame") else "")
 
 
 def _bisect_verdict(doc: dict) -> dict:
@@ -182,7 +184,7 @@ def bisect_section(ctx: dict):
     for backend in doc.get("chain") or list(ran):
         b = ran.get(backend)
         result = "not run" if b is None else "pass" if b["status"] == "ok" else f"FAIL ({b.get('stage')})"
-        rows.append((backend, (b or {}).get("adds", ""), result, _seconds((b or {}).get("duration_s"))))
+        rows.append((backend_label(backend), (b or {}).get("adds", ""), result, _seconds((b or {}).get("duration_s"))))
     parts = ["<h3>Backends chain</h3>", table(["backend", "adds", "result", "time"], rows, numeric=(3,), ident="chain")]
     if doc.get("subsystems"):
         parts += ["<h3>Compiler subsystems (switched off one at a time)</h3>",
@@ -225,12 +227,14 @@ def graphs_section(ctx: dict):
         brk = (f"<div class=\"bad\">graph break: {h(g.get('reason'))} at "
                f"{h(_frame_line((g.get('stack') or [{}])[-1]))}</div>") if g.get("graph_break") else ""
         checked = f", accuracy checked on {g.get('checked_calls', 0)} call(s)" if g.get("checked") else ""
-        parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(g.get('frame'))}): {len(g.get('ops') or [])} op(s)"
+        frame = frame_label(g.get("frame"))
+        parts.append(f"<h3>graph {h(g.get('index'))} (frame {h(frame)}): {len(g.get('ops') or [])} op(s)"
                      f"{h(checked)}</h3>{lines}{brk}")
     for r in verdict.get("recompiles") or []:
         r = r if isinstance(r, dict) else {"reason": r}
         where = f" at {os.path.basename(str(r['file']))}:{r.get('line')}" if r.get("file") else ""
-        parts.append(f"<div class=\"bad\">recompile of {h(r.get('frame'))}{h(where)}: {h(r.get('reason'))}</div>")
+        parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r.get('frame')))}{h(where)}: "
+                     f"{h(r.get('reason'))}</div>")
     return "".join(parts)
 
 
@@ -247,13 +251,14 @@ def _explain_graphs(report: dict) -> str:
         for g in fn.get("graphs") or []:
             lines = "".join(f"<div class=\"mono\">line {h(ln['line'])}: {h(ln['code'])} "
                             f"<span class=\"dim\">-&gt; {h(', '.join(ln['ops']))}</span></div>" for ln in g["lines"])
-            parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(g['frame'])}): {h(g['op_count'])} op(s){lines}</div>")
+            parts.append(f"<div><b>graph {h(g['index'])}</b> ({h(frame_label(g['frame']))}): "
+                         f"{h(g['op_count'])} op(s){lines}</div>")
         for b in fn.get("breaks") or []:
             parts.append(f"<div class=\"bad\">graph break at {h(b['line'])}</div>"
                          f"<div class=\"note\">why: {h(b['reason'])}</div>")
         for r in fn.get("recompiles") or []:
             where = f" at {h(r['line'])}" if r.get("line") else ""
-            parts.append(f"<div class=\"bad\">recompile of {h(r['frame'])}{where}: "
+            parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r['frame']))}{where}: "
                          f"{h(r['changed'])}</div>" + (f"<div class=\"note\">fix: {h(r['suggestion'])}</div>"
                                                       if r.get("suggestion") else ""))
     return "".join(parts)
