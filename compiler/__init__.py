@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import os
+import re
 from typing import Optional
 
 from . import config as _config
@@ -406,8 +407,13 @@ def _model_name(gm) -> str:
     tc = TracingContext.try_get()
     for code in getattr(tc, "traced_code", None) or []:
         if f"{os.sep}torch{os.sep}" not in code.co_filename:
-            return code.co_name
+            return _RESUME.sub(r"\1_at_\2", code.co_name)
     return "model"
+
+
+# Dynamo's name for the code after a graph break: its graph is named by the user's function and
+# the break's line (`train_step_at_12`), as every other output shows frames
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_(\d+)$")
 
 
 def make_backend(config=None, inner_compile=None):

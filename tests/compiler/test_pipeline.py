@@ -231,3 +231,27 @@ def test_numpy_is_a_runtime_dependency_and_torch_finds_it():
     proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.zeros(2).numpy().sum())"],
                           capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout, "NumPy" in proc.stderr) == (0, "0.0\n", False), proc.stderr
+
+
+def test_graphs_after_a_graph_break_are_named_by_the_users_function_and_line():
+    """Dynamo names the code after a break `torch_dynamo_resume_in_f_at_N`; tdbg's graph names
+    (debug folders, trace files, bisect's `graph:`) say `f_at_N`, as every other output does."""
+    import torch
+    from tdbg.compiler import make_backend
+    names = []
+
+    def record(gm, inputs, cfg, graph_name, kind):
+        names.append(graph_name)
+        return gm
+
+    def stepwise(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+    torch.compiler.reset()
+    try:
+        torch.compile(stepwise, backend=make_backend(inner_compile=record))(torch.ones(3))
+    finally:
+        torch.compiler.reset()
+    line = stepwise.__code__.co_firstlineno + 2
+    assert [n.rsplit("__", 1)[0] for n in names] == ["stepwise", f"stepwise_at_{line}"], names
