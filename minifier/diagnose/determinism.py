@@ -323,7 +323,8 @@ def _aten_first_node(backend_fn, config, snap, inputs: list, rng) -> Optional[di
     seen: list = []   # (kind, aten graph, its compile_one, its inputs at the call)
 
     def hook(gm, example_inputs, kind, compile_one):
-        compiled, entry = compile_one(gm, example_inputs), [kind, snapshot(gm), compile_one, None]
+        entry = [kind, snapshot(gm), compile_one, None]   # before the backend may edit gm in place
+        compiled = compile_one(gm, example_inputs)
         seen.append(entry)
 
         def run(*args):
