@@ -84,6 +84,11 @@ def note_lines(verdict: dict) -> list:
             names = ", ".join(v["path"] for v in d["eager"][:MAX_VALUES])
             lines.append(("eager nondeterministic", f"graph {g['index']}: eager itself gave different bits on two "
                           f"runs ({names}): eager is nondeterministic here, not the backend"))
+        if d.get("draws_random") and verdict.get("check_policy"):
+            # the accuracy check makes random ops draw eager's stream (runner._eager_random_numbers)
+            lines.append(("note", f"graph {g['index']} draws random numbers: with the accuracy check on they came "
+                          "from eager's generator, so the backend's own random-number code was not checked for "
+                          "determinism (--no-check-accuracy checks it)"))
         if verdict.get("stage") != "nondeterministic" or verdict.get("error", {}).get("graph") != g["index"]:
             lines += [("note", f"graph {g['index']}: {n}") for n in d.get("notes") or []]
     return lines

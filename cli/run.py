@@ -10,8 +10,9 @@ from tdbg.cli.console import doing, exit_codes_help, fail, out, report_to_stderr
 
 # version 2: verdict.exit_code became verdict.script_exit_code (the script's own status, never tdbg's
 # exit code, which is the document's exit_code); errors have source_lines
-# version 3: options.check_determinism, verdict.check_determinism, graphs[].determinism, stage nondeterministic
-JSON_SCHEMA, JSON_VERSION = "tdbg.run", 3
+# (new fields keep the version: --check-determinism added options.check_determinism, verdict.check_determinism,
+# graphs[].determinism and the stage nondeterministic)
+JSON_SCHEMA, JSON_VERSION = "tdbg.run", 2
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
                    "crash", "timeout", "backend")
 # failure stage -> what the FAILED line says when the failure is in a graph's backward

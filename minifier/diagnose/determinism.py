@@ -68,6 +68,7 @@ class GraphDeterminism:
     first_node: Optional[dict] = None              # localize()'s answer
     reason: Optional[str] = None                   # why the runs differ, when known
     notes: list = field(default_factory=list)
+    seconds: float = 0.0                           # the check's own wall time (runs and localization)
 
     @property
     def nondeterministic(self) -> bool:
@@ -149,9 +150,12 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
     the first differing node (see `localize`). The RNG state is put back before returning; `args`
     are not touched. An exception from the compiled graph propagates (the user's own call would
     raise it too); one from eager makes eager unknown, and a note says so."""
+    import time
+
     import torch
 
     from tdbg.minifier.diagnose.checks import _clones, input_names
+    start = time.perf_counter()
     rng = torch.get_rng_state()
     inputs = _clones(args)
     names = input_names(snap, len(inputs))
@@ -198,6 +202,7 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
             result.reason = RANDOM_REASON
     finally:
         torch.set_rng_state(rng)
+        result.seconds = round(time.perf_counter() - start, 4)
     return result
 
 

@@ -54,7 +54,7 @@ def test_backend_nondeterministic_in_one_op_is_named_at_its_node_and_line(runs):
     assert (d["verdict"], [x["path"] for x in d["compiled"]], d["eager"]) == ("backend", ["out[1]"], [])
     assert (d["compiled"][0]["elements"], d["first_node"]["random"], d["reason"]) == (1, False, None)
     assert 0 < d["compiled"][0]["max_abs"] < 1e-6     # float sums in two orders: last bits only
-    assert (r.json["version"], r.json["options"]["check_determinism"]) == (3, True)
+    assert (r.json["version"], r.json["options"]["check_determinism"]) == (2, True)
 
 
 def test_html_section_names_the_node(runs):
@@ -203,3 +203,11 @@ def test_kernel_of_the_first_differing_node_in_tdbg_code():
     node = first_differing_node(gm, [x], compile_one, torch.get_rng_state())
     expected = next(k for k, names in made["kernels"].items() if "tanh" in names)
     assert (node["node"], node["op"], node["kernel"]) == ("tanh", "aten.tanh", expected)
+
+
+def test_refused_with_options_that_would_save_its_extra_graphs(tmp_path):
+    from conftest import run_tdbg
+    r = run_tdbg(["run", f"{S}/nondeterministic_sum.py", "--backend", "eager", "--check-determinism",
+                  "--save-io", str(tmp_path / "io")])
+    assert r.code == exit_code("usage"), r.output
+    assert "--check-determinism compiles extra copies of each graph" in r.stderr
