@@ -171,7 +171,8 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
             eager_runs = None
             result.notes.append(f"eager failed on the graph ({type(e).__name__}: {_first_line(e)}); "
                                 "only the compiled runs were compared")
-        grads = [_grad_values(compiled, inputs, needs, names, rng) for _ in range(2)] if wants_grads else []
+        grads = [_grad_values(compiled, inputs, needs, names, rng, compiled=True) for _ in range(2)] \
+            if wants_grads else []
         if grads and grads[0]:   # some output is differentiable: gradients are part of the answer
             compiled_runs = [(values + g, drew) for (values, drew), g in zip(compiled_runs, grads)]
             if eager_runs is not None:
@@ -226,14 +227,15 @@ def _run(fn: Callable, inputs: list, names: list, rng) -> tuple:
     return [(p, v.detach() if isinstance(v, torch.Tensor) else v) for p, v in flatten(out)] + written, drew
 
 
-def _grad_values(fn: Callable, inputs: list, needs: list, names: list, rng) -> list:
+def _grad_values(fn: Callable, inputs: list, needs: list, names: list, rng, compiled: bool = False) -> list:
     import torch
 
     from tdbg.minifier.diagnose.checks import _grads
     """[(grad of NAME, gradient)] of `fn` (checks._grads: seeded grad_outputs) from RNG state `rng`;
-    [] when no output is differentiable."""
+    [] when no output is differentiable. With `compiled`, a failure in the backward is marked as the
+    backward's (checks._grads), so the run puts it on the graph's backward."""
     torch.set_rng_state(rng)
-    grads, outputs = _grads(fn, inputs, needs)
+    grads, outputs = _grads(fn, inputs, needs, compiled=compiled)
     return list(zip([f"grad of {n}" for n, need in zip(names, needs) if need], grads)) if outputs else []
 
 

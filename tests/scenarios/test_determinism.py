@@ -211,3 +211,46 @@ def test_refused_with_options_that_would_save_its_extra_graphs(tmp_path):
                   "--save-io", str(tmp_path / "io")])
     assert r.code == exit_code("usage"), r.output
     assert "--check-determinism compiles extra copies of each graph" in r.stderr
+
+
+def _verdict_with(record: dict) -> dict:
+    return {"status": "ok", "stage": None, "check_determinism": True, "check_policy": None,
+            "graphs": [{"index": 0, "frame": "f", "determinism": record}, {"index": 1, "frame": "g"}]}
+
+
+def _record(verdict: str, compiled: list, eager: list) -> dict:
+    def diff(path):
+        return {"path": path, "dtype": "torch.float32", "shape": [2], "elements": 1, "max_abs": 1e-7,
+                "message": "1 of 2 element(s) differ bit for bit"}
+    return {"graph": 0, "call": 1, "verdict": verdict, "nondeterministic": verdict in ("backend", "both"),
+            "message": determinism.VERDICTS[verdict], "compiled": [diff(p) for p in compiled],
+            "eager": [diff(p) for p in eager], "draws_random": False, "grads_checked": False,
+            "first_node": {"node": "sum_1", "op": "aten.sum", "source": "f.py:3 in f: y = x.sum()",
+                           "kernel": "cpp_fused_sum_0", "random": False, "level": "aten"} if compiled else None,
+            "reason": None, "notes": [], "seconds": 0.01}
+
+
+def test_eager_only_nondeterminism_keeps_the_run_ok_and_says_so():
+    from tdbg.cli import determinism_view
+    v = _verdict_with(_record("eager", [], ["out[0]"]))
+    determinism_view.fail_if_nondeterministic(v)
+    assert v["status"] == "ok"
+    assert determinism_view.note_lines(v) == [
+        ("eager nondeterministic", "graph 0: eager itself gave different bits on two runs (out[0]): eager is "
+                                   "nondeterministic here, not the backend"),
+        ("not checked", "graph 1: never called, so its determinism was not checked")]
+    assert determinism_view.ok_text(v) == ("; determinism checked on 1 of 2 graph(s): the same bits on two "
+                                           "compiled runs (gradients on 0)")
+
+
+def test_compiled_nondeterminism_fails_the_run_at_its_graph_node_and_kernel():
+    from tdbg.cli import determinism_view
+    from tdbg.cli.console import verdict_exit_code
+    v = _verdict_with(_record("both", ["out[0]", "grad of x"], ["out[0]"]))
+    determinism_view.fail_if_nondeterministic(v)
+    err = v["error"]
+    assert (v["stage"], verdict_exit_code(v), err["graph"], err["part"], err["fx_node"], err["kernel"],
+            err["source"]) == ("nondeterministic", 24, 0, "forward", "sum_1 (aten.sum in the aten graph)",
+                               "cpp_fused_sum_0", "f.py:3 in f: y = x.sum()")
+    assert err["message"].splitlines()[0] == "graph 0 call 1: 2 value(s) differ between two compiled runs:"
+    assert determinism.VERDICTS["both"] in err["message"]
