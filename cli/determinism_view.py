@@ -62,7 +62,7 @@ def ok_text(verdict: dict) -> str:
     if not verdict.get("check_determinism"):
         return ""
     graphs = verdict.get("graphs") or []
-    checked = _records(verdict)
+    checked = [g for g in _records(verdict) if g["determinism"]["verdict"] != "unchecked"]
     grads = sum(1 for g in checked if g["determinism"].get("grads_checked"))
     return (f"; determinism checked on {len(checked)} of {len(graphs)} graph(s): the same bits on two compiled "
             f"runs (gradients on {grads})")
@@ -79,6 +79,9 @@ def note_lines(verdict: dict) -> list:
         if d is None:
             if not verdict.get("check_policy"):   # else the accuracy lines already say it was never called
                 lines.append(("not checked", f"graph {g['index']}: never called, so its determinism was not checked"))
+            continue
+        if d["verdict"] == "unchecked":
+            lines.append(("not checked", f"graph {g['index']}: " + "; ".join(d.get("notes") or [d["message"]])))
             continue
         if d["eager"]:
             names = ", ".join(v["path"] for v in d["eager"][:MAX_VALUES])

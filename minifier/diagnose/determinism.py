@@ -34,6 +34,7 @@ VERDICTS = {
              "nondeterministic here, not the backend",
     "both": "both the compiled graph and eager gave different bits on two runs: eager itself is "
             "nondeterministic here, so the backend is not to blame for it",
+    "unchecked": "the runs' values could not be compared bit for bit (see notes): nothing was decided",
 }
 NONDETERMINISTIC = ("backend", "both")     # verdicts where the compiled results differ between runs
 RANDOM_REASON = ("its first differing value comes from a random op: the backend's random numbers do "
@@ -183,8 +184,13 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
                     result.notes.append(f"eager autograd failed on the graph ({type(e).__name__}); eager's "
                                         "gradients were not compared")
             result.grads_checked = True
-        result.compiled = differences(compiled_runs[0][0], compiled_runs[1][0])
-        result.eager = differences(eager_runs[0][0], eager_runs[1][0]) if eager_runs is not None else []
+        try:
+            result.compiled = differences(compiled_runs[0][0], compiled_runs[1][0])
+            result.eager = differences(eager_runs[0][0], eager_runs[1][0]) if eager_runs is not None else []
+        except Exception as e:   # a value with no bits to compare (e.g. a quantized tensor): say so, blame no one
+            result.verdict = "unchecked"
+            result.notes.append(f"the values could not be compared ({type(e).__name__}: {_first_line(e)})")
+            return result
         result.verdict = {(False, False): "deterministic", (True, False): "backend", (False, True): "eager",
                           (True, True): "both"}[(bool(result.compiled), bool(result.eager))]
         if result.compiled and localize_with is not None and _forward_differs(result.compiled):

@@ -254,3 +254,11 @@ def test_compiled_nondeterminism_fails_the_run_at_its_graph_node_and_kernel():
                                "cpp_fused_sum_0", "f.py:3 in f: y = x.sum()")
     assert err["message"].splitlines()[0] == "graph 0 call 1: 2 value(s) differ between two compiled runs:"
     assert determinism.VERDICTS["both"] in err["message"]
+
+
+def test_values_without_comparable_bits_are_unchecked_not_blamed():
+    q = torch.empty(4, device="meta")    # no data: nothing to compare
+    snap = torch.fx.GraphModule({}, _graph_calling(lambda a: q))
+    found = check_graph(snap, snap, [torch.ones(4)])
+    assert (found.verdict, found.nondeterministic) == ("unchecked", False)
+    assert found.notes[0].startswith("the values could not be compared (")
