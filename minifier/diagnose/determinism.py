@@ -24,7 +24,7 @@ Nothing here prints.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 VERDICTS = {
     "deterministic": "two compiled runs gave the same bits, and so did two eager runs",
