@@ -33,6 +33,8 @@ EXIT_CODES = {
     "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, ...)"),
     "not_reproduced": (21, "the failure did not happen, or did not happen the same way twice"),
     "changed": (22, "tdbg diff: a graph's structure or outputs changed beyond tolerance between the two runs"),
+    "nondeterministic": (24, "tdbg run --check-determinism: a compiled graph gave different bits on two runs of the "
+                             "same inputs"),
     "internal": (70, "a bug in tdbg itself"),
     "interrupted": (130, "interrupted (Ctrl-C); child processes were stopped"),
 }

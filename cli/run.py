@@ -5,11 +5,13 @@ import os
 
 import click
 
-from tdbg.cli import common
+from tdbg.cli import common, determinism_view
 from tdbg.cli.console import doing, exit_codes_help, fail, out, report_to_stderr, write_json
 
 # version 2: verdict.exit_code became verdict.script_exit_code (the script's own status, never tdbg's
 # exit code, which is the document's exit_code); errors have source_lines
+# (new fields keep the version: --check-determinism added options.check_determinism, verdict.check_determinism,
+# graphs[].determinism and the stage nondeterministic)
 JSON_SCHEMA, JSON_VERSION = "tdbg.run", 2
 COMPILER_STAGES = ("aot_autograd", "lowering", "scheduling", "cpp_build", "kernel_runtime", "accuracy",
                    "crash", "timeout", "backend")
@@ -38,6 +40,11 @@ BACKWARD_WORDS = {
                    "--no-check-accuracy only runs the script (OK then means: no error).")
 @click.option("--check-calls", type=click.IntRange(min=1), metavar="N",
               help="Check each graph's first N calls (and up to N later calls with a new input signature).")
+@click.option("--check-determinism", is_flag=True,
+              help="At each graph's first call, run the compiled graph twice and eager twice on copies of the same "
+                   "inputs, each from the same RNG state, and compare bit for bit (outputs, inputs written, "
+                   "gradients); name the first graph, FX node, kernel and line whose value differs between "
+                   "compiled runs. Eager's own nondeterminism is reported apart. See docs/determinism.md.")
 @click.option("--repro-after", type=click.Choice(["dynamo", "aot"]),
               help="Dump repro files for the graph after Dynamo or after AOTAutograd (also TDBG_REPRO_AFTER).")
 @click.option("--repro-level", type=click.IntRange(1, 4), help="1 repro.py on compile failure, 2 launcher on failure, "
@@ -55,8 +62,8 @@ BACKWARD_WORDS = {
                    "saves; a temporary folder when --save-io is not given).")
 @common.timeout_option(None)
 @common.json_option
-def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, check_calls, repro_after,
-        repro_level, out_dir, save_io, profile_io, kernel_tests, timeout, json_path):
+def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy, check_calls, check_determinism,
+        repro_after, repro_level, out_dir, save_io, profile_io, kernel_tests, timeout, json_path):
     """Run SCRIPT as __main__ (with its own ARGS after --), every torch.compile using --backend.
 
     On failure: which stage broke, the user's source line, the FX node and kernel when known, the
@@ -69,6 +76,9 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     common.check_output_file(json_path, "--json")
     common.check_output_dir(out_dir, "--out")
     _check_save_io(save_io, profile_io, kernel_tests, repro_after)
+    if check_determinism and (save_io or kernel_tests or repro_after):
+        fail("--check-determinism compiles extra copies of each graph, which --save-io, --kernel-tests and "
+             "--repro-after would save as graphs of the script; run them separately.", "usage")
     common.check_backend(backend)
     tdbg_logs, torch_logs = _split_logs(logs)
     changes = {"debug": True} if debug else {}
@@ -84,7 +94,7 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
                          check_accuracy=check_accuracy, check_calls=check_calls, config_changes=changes,
                          torch_logs=parse_torch_logs(torch_logs), repro=repro, repro_from_env=repro is None,
                          timeout=timeout, stdout_to_stderr=json_path == "-",
-                         quiet_compiler_log=not debug and traces_for_page_only())
+                         quiet_compiler_log=not debug and traces_for_page_only(), check_determinism=check_determinism)
     with _io_folder(save_io, kernel_tests) as io_dir:
         request.save_io, request.save_io_profile = io_dir, profile_io
         with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
@@ -98,7 +108,8 @@ def run(script, args, backend, debug, logs, fullgraph, function, check_accuracy,
     render(verdict, script, backend, code, commands)
     write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                            "options": {"fullgraph": fullgraph, "function": function, "check_accuracy": check_accuracy,
-                                       "check_calls": check_calls, "debug": debug, "logs": logs,
+                                       "check_calls": check_calls, "check_determinism": check_determinism,
+                                       "debug": debug, "logs": logs,
                                        "timeout": timeout, "save_io": save_io, "profile": profile_io,
                                        "kernel_tests": kernel_tests},
                            "exit_code": code, "next_commands": commands, "verdict": verdict},
@@ -186,6 +197,8 @@ def _outcome(verdict: dict, script: str, args, backend: str, function=None):
         verdict.update(status="failed", stage="bad_input",
                        error={"type": "bad_input", "message": f"--function {function}: no frame of a function named "
                               f"{function!r} was compiled ({seen}); nothing was checked. Give one of those names."})
+    elif verdict["status"] == "ok":
+        determinism_view.fail_if_nondeterministic(verdict)
     return common.stage_exit_code(verdict), next_commands(verdict, script, args, backend)
 
 
@@ -227,8 +240,8 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
     c = out()
     graphs = verdict.get("graphs") or []
     if verdict["status"] == "ok":
-        c.print(f"[bold green]OK[/] {escape(script)}: {escape(_ok_text(verdict, graphs, backend))}, "
-                f"{verdict.get('duration_s', 0):.1f} s")
+        c.print(f"[bold green]OK[/] {escape(script)}: {escape(_ok_text(verdict, graphs, backend))}"
+                f"{escape(determinism_view.ok_text(verdict))}, {verdict.get('duration_s', 0):.1f} s")
         _replaced_lines(verdict, backend)
         for g in graphs:
             if verdict.get("check_policy") and not g.get("checked") and not g.get("unchecked"):
@@ -241,13 +254,15 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
                 c.print(f"  [bold yellow]not checked:[/] graph {g['index']} draws random numbers: they came from "
                         "eager's generator while checking (fallback_random), so the backend's own random-number "
                         "code was not compared")
+        _determinism_lines(verdict)
         _debug_line(verdict)
         _save_io_lines(verdict)
         return
     err = verdict.get("error") or {}
     stage = verdict.get("stage")
     words = BACKWARD_WORDS.get(stage) if err.get("part") == "backward" else None
-    c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(words or common.STAGE_WORDS.get(stage, str(stage)))} "
+    words = words or (determinism_view.WORDS if stage == "nondeterministic" else common.STAGE_WORDS.get(stage))
+    c.print(f"[bold red]FAILED[/] {escape(script)}: {escape(words or str(stage))} "
             f"(stage {stage}, exit code {code})")
     rows = [("backend", common.ran_words(verdict, backend)), ("graph", _graph_text(err, len(graphs))), ("source", err.get("source")),
             ("fx nodes" if ", " in str(err.get("fx_node")) else "fx node", err.get("fx_node")),
@@ -256,6 +271,7 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
         rows.insert(3, ("lines", "\n".join(err["source_lines"])))
     for key, value in rows:
         _row(c, key, value)
+    _determinism_lines(verdict)
     _replaced_lines(verdict, backend)
     _debug_line(verdict)
     _save_io_lines(verdict)
@@ -263,6 +279,12 @@ def render(verdict: dict, script: str, backend: str, code: int, commands: list) 
         c.print("[bold]Next:[/]")
         for command in commands:
             c.print(f"  {escape(command)}")
+
+
+def _determinism_lines(verdict: dict) -> None:
+    from rich.markup import escape
+    for label, text in determinism_view.note_lines(verdict):
+        out().print(f"  [bold yellow]{label}:[/] {escape(text)}")
 
 
 def _ok_text(verdict: dict, graphs: list, backend: str) -> str:

@@ -138,7 +138,7 @@ class Session:
                  own: Optional[Callable] = None, script: Optional[str] = None, config=None,
                  fullgraph: bool = False, function: Optional[str] = None, check_accuracy: bool = False,
                  check_calls: Optional[int] = None, events_path: Optional[str] = None,
-                 status_path: Optional[str] = None):
+                 status_path: Optional[str] = None, check_determinism: bool = False):
         self.backend_fn, self.backend_kind, self.backend_name = backend_fn, backend_kind, backend_name
         # `own(Backend) -> Dynamo backend`: compile each call with its own backend (own_backend.py),
         # passed through `own` (which may wrap it: --save-io, repro dumps, profiling)
@@ -148,6 +148,7 @@ class Session:
         self.setup_error: Optional[Exception] = None   # the script's own backend could not be set up
         self.fullgraph, self.function, self.check_accuracy = fullgraph, function, check_accuracy
         self.policy = CallPolicy.every(check_calls)
+        self.check_determinism = check_determinism   # each graph's first call run twice (diagnose/determinism.py)
         self.events_path = events_path
         self._status_fd = os.open(status_path, os.O_WRONLY | os.O_CREAT, 0o600) if status_path else None
         self.backwards: list = []   # graphs whose backward is running now (innermost last)
@@ -246,7 +247,7 @@ class Session:
                    source=f"{first['file']}:{first['line']}  {first['code']}" if first else None)
         self.status("compiling", index, 0)
         # the reference must run the graph Dynamo made, not what an in-place editing backend left
-        snap = snapshot(gm) if self.check_accuracy else None
+        snap = snapshot(gm) if self.check_accuracy or self.check_determinism else None
         try:
             compiled = backend_fn(gm, example_inputs)
         except BaseException as e:
@@ -254,18 +255,20 @@ class Session:
             raise
         self.event("compiled", graph=index)
         self.status("compiled", index, 0)
-        return self._wrap_call(compiled, snap, info)
+        return self._wrap_call(compiled, snap, info, backend_fn)
 
-    def _wrap_call(self, compiled, snap, info):
+    def _wrap_call(self, compiled, snap, info, backend_fn=None):
         index, counter = info["index"], CallCounter(self.policy)
 
         def run(*args):
             # input signatures are only worth computing when calls are checked
-            call, check = counter.next_call(args) if snap is not None else (counter.count(), False)
+            call, check = counter.next_call(args) if self.check_accuracy else (counter.count(), False)
             try:
                 if call == 1:
                     self.event("first_call", graph=index)
                 self.status("running", index, call)
+                if call == 1 and self.check_determinism:
+                    self._determinism(compiled, snap, info, args, backend_fn)
                 if check:
                     actual = self._checked_call(compiled, snap, info, call, args)
                 else:
@@ -298,6 +301,19 @@ class Session:
                 error.tdbg_during = part if part == "backward" else "run"
                 raise error
         return result.actual
+
+    def _determinism(self, compiled, snap, info, args, backend_fn) -> None:
+        """--check-determinism at a graph's first call, before the user's call (which then runs
+        from the same RNG state and inputs): the answer goes on the graph's record."""
+        from tdbg.minifier.diagnose.determinism import check_graph, localizer
+        found = check_graph(lambda *a: call_compiled(compiled, a), snap, args, graph=info["index"], call=1,
+                            localize_with=localizer(backend_fn, self.config) if backend_fn is not None else None)
+        record = found.to_dict()
+        node = record.get("first_node")
+        if node and node.get("source"):
+            from tdbg.minifier.runs.runner import _rel_source
+            node["source"] = _rel_source(node["source"])
+        info["determinism"] = record
 
     def _watch_backward(self, outputs, index: int, call: int) -> None:
         """Hooks on the outputs' autograd node: the status file and `backwards` say when this

@@ -72,6 +72,7 @@ class RunRequest:
     # vs aten graph vs compiled) judged at its first call and written to path
     # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
     stage_check: Optional[dict] = None
+    check_determinism: bool = False      # each graph's first call run twice, compiled and eager (determinism.py)
     # the compiler's debug traces were switched on for a report (--html), not by the user: its
     # `compiler` log channel (which config.debug turns on) stays quiet unless config.logs names it
     quiet_compiler_log: bool = False
@@ -340,7 +341,7 @@ def _child(spec: dict) -> dict:
                                  script=spec.get("script_given") or script, config=cfg, fullgraph=spec["fullgraph"],
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],
-                                 status_path=spec.get("status"))
+                                 status_path=spec.get("status"), check_determinism=spec.get("check_determinism", False))
     with open(script, "rb") as f:
         code = compile(f.read(), script, "exec")
     module = types.ModuleType("__main__")
@@ -362,6 +363,7 @@ def _child(spec: dict) -> dict:
     verdict = _verdict(session, exc, exit_code, script, cfg)
     verdict["compile_backends"] = own_backend.summary(session.compile_records)
     verdict["check_calls"] = spec.get("check_calls")   # --check-calls N (None: the default policy)
+    verdict["check_determinism"] = bool(spec.get("check_determinism"))
     if prepare.savers:
         for saver in prepare.savers.values():
             saver.finish()

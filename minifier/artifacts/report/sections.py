@@ -425,6 +425,24 @@ def saved_io_section(ctx: dict):
     return "".join(parts)
 
 
+def determinism_section(ctx: dict):
+    """`run --check-determinism`: per graph, the verdict of two compiled and two eager runs, the
+    values that differ between runs and the first FX node (kernel, user line) whose value differs."""
+    doc = ctx["document"]
+    graphs = [g for g in (doc.get("verdict") or {}).get("graphs") or [] if g.get("determinism")]
+    if doc.get("schema") != "tdbg.run" or not graphs:
+        return None
+    rows = []
+    for g in graphs:
+        d, node = g["determinism"], g["determinism"].get("first_node") or {}
+        rows.append((g["index"], g.get("frame"), d["verdict"],
+                     "; ".join(f"{v['path']}: {v['message']}" for v in d["compiled"]) or "same bits",
+                     "; ".join(f"{v['path']}: {v['message']}" for v in d["eager"]) or "same bits",
+                     node.get("node"), node.get("kernel"), node.get("source"), d.get("reason") or ""))
+    return table(["graph", "frame", "verdict", "compiled run 1 vs 2", "eager run 1 vs 2", "first differing node",
+                  "kernel", "source", "reason"], rows, numeric=(0,), ident="determinism-graphs")
+
+
 def transcript_section(ctx: dict):
     t = ctx.get("transcript") or {}
     parts = [f"<h3>{h(name)}</h3>{pre(t[name])}" for name in ("stdout", "stderr") if (t.get(name) or "").strip()]
@@ -442,5 +460,6 @@ SECTIONS = (
     ("profile", "Profile: eager vs compiled", profile_section),
     ("minify", "Shrink history", minify_section),
     ("saved", "Saved graphs (run --save-io)", saved_io_section),
+    ("determinism", "Determinism (run --check-determinism)", determinism_section),
     ("transcript", "Terminal output", transcript_section),
 )
