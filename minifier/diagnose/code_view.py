@@ -1,0 +1,235 @@
+"""What Dynamo made of the user's code, per frame: the original source, the code Dynamo runs in
+its place (decompiled to Python), that code's guards in plain words and the graphs it calls.
+
+Two halves. In the run's child, `CodeRecorder` is told of every graph the backend gets
+(`note_graph`, from instrument.Session) and, after the script ends, reads each frame's cache
+entries (`collect`): one entry per compile of the frame, each holding the transformed code and its
+guard manager, whose `code_parts` are the guards as Python expressions. The transformed code is
+decompiled with depyf (the library made for Dynamo's bytecode); where depyf is missing or cannot
+decompile it, the entry holds a disassembly instead and says why (never an exception). A compiled
+graph is found in the transformed code by the global it is called through (`__compiled_fn_...`),
+whose value unwraps to the run's call wrapper carrying `tdbg_graph` (its graph index); a resume
+function (`__resume_at_...`) by its code's name (`torch_dynamo_resume_in_f_at_12`).
+
+In the parent, everything is data: `plain_guard` turns one guard into words (GUARD_WORDS table),
+`select` picks frames by the user's function name (its resume frames included), `FILE:LINE`
+(the function holding that line) or a graph index as explain lists graphs, or `all`.
+"""
+from __future__ import annotations
+
+import dis
+import inspect
+import linecache
+import os
+import re
+from typing import Optional
+
+from tdbg.minifier.diagnose.explain import function_of, source_names
+
+_RESUME = re.compile(r"torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+
+# (pattern on one guard with sources already in user spelling, words). First match wins; the
+# named groups fill the words. Patterns follow torch/_dynamo/guards.py's code parts.
+GUARD_WORDS = (
+    (r"^check_tensor\((?P<name>[^,]+), (?P<cls>\w+), DispatchKeySet\((?P<keys>[^)]*)\), (?P<dtype>[\w.]+), "
+     r"device=(?P<device>[^,]+), requires_grad=(?P<rg>\w+), size=(?P<size>\[[^\]]*\]), stride=(?P<stride>\[[^\]]*\])",
+     "`{name}` is a {cls} of dtype {dtype_short}, shape {size}, stride {stride}, requires_grad={rg}, "
+     "device {device_words}"),
+    (r"^hasattr\((?P<name>[^,]+), '_dynamo_(?:weak_|strict_)?(?:dynamic|unbacked|static)_indices'\) == False",
+     "`{name}` carries no mark_dynamic / mark_static / unbacked marks (marking it later recompiles)"),
+    (r"^(?P<name>\S+)\.size\(\)\[(?P<dim>\d+)\] == (?P<value>-?\d+)$",
+     "`{name}` has size {value} in dim {dim}"),
+    (r"^(?P<lo>-?\d+) <= (?P<name>\S+)\.size\(\)\[(?P<dim>\d+)\]$",
+     "`{name}` has size at least {lo} in dim {dim}"),
+    (r"^(?P<name>\S+)\.size\(\)\[(?P<dim>\d+)\] <= (?P<hi>-?\d+)$",
+     "`{name}` has size at most {hi} in dim {dim}"),
+    (r"^(?P<lo>-?\d+) <= (?P<name>\S+)\.size\(\)\[(?P<dim>\d+)\] <= (?P<hi>-?\d+)$",
+     "`{name}` has size {lo}..{hi} in dim {dim}"),
+    (r"^___check_obj_id\((?P<name>.+), \d+\)(?:, type=<class '(?P<type>[^']+)'>)?$",
+     "`{name}` is the very object it was when compiled"),
+    (r"^___check_type_id\((?P<name>.+), \d+\)(?:, type=<class '(?P<type>[^']+)'>)?$",
+     "`{name}` has the type it had when compiled ({type})"),
+    (r"^___check_global_state\(\)", "torch's global state is as when compiled: grad mode {grad_mode}, "
+     "deterministic algorithms {deterministic_algorithms}, {num_threads} threads, the same autocast and default dtype"),
+    (r"^___check_torch_function_mode_stack\(\)", "the same torch function modes are active as when compiled"),
+    (r"^utils_device\.CURRENT_DEVICE == None", "no `with torch.device(...)` block is active"),
+    (r"top_saved_tensors_hooks ids == None", "no saved-tensors hooks are active "
+     "(torch.autograd.graph.saved_tensors_hooks)"),
+    (r"^check_no_aliasing\((?P<names>.+)\)$", "{names} are distinct tensors (none aliases another)"),
+    (r"^len\((?P<name>.+)\) == (?P<value>\d+)$", "`{name}` has length {value}"),
+    (r"^isinstance\((?P<name>.+), (?P<type>\w+)\)$", "`{name}` is a {type}"),
+    (r"^(?P<name>[\w.\[\]'\"]+) is None$", "`{name}` is None"),
+    (r"^(?P<name>[\w.\[\]'\"]+) is not None$", "`{name}` is not None"),
+    (r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>.+)$",
+     "`{name}` == {value} (the graph is specialized to this Python value)"),
+)
+
+
+def plain_guard(code: str) -> str:
+    """One guard (a code part of Dynamo's guard manager) in words; unknown guards as the check itself."""
+    text = _user_spelling(code.split("#")[0].strip())
+    for pattern, words in GUARD_WORDS:
+        m = re.search(pattern, text)
+        if m:
+            fields = {k: (v if v is not None else "?") for k, v in m.groupdict().items()}
+            return words.format(**fields, **_extra_fields(fields, text))
+    return f"holds: {text}"
+
+
+def plain_guards(parts: list) -> list:
+    """[{words, code: [guards]}]: guards in order, those with the same words as one row."""
+    rows: dict = {}
+    for part in parts:
+        rows.setdefault(plain_guard(part), []).append(part.split("#")[0].strip())
+    return [{"words": words, "code": codes} for words, codes in rows.items()]
+
+
+def _user_spelling(text: str) -> str:
+    text = re.sub(r"G\['__builtins_dict___\d+'\]\['([^']+)'\]", r"\1", text)
+    return source_names(text)
+
+
+def _extra_fields(fields: dict, text: str) -> dict:
+    extra = {}
+    if "dtype" in fields:
+        extra["dtype_short"] = fields["dtype"].replace("torch.", "")
+        device = fields.get("device", "None")
+        extra["device_words"] = "cpu" if device == "None" and "CPU" in fields.get("keys", "") else device
+    for key in ("grad_mode", "deterministic_algorithms", "num_threads"):
+        m = re.search(rf'"{key}":\s*([^,}}]+)', text)
+        extra[key] = {"true": "on", "false": "off"}.get(m.group(1), m.group(1)) if m else "?"
+    return extra
+
+
+# -- in the run's child: recording --------------------------------------------------------------
+class CodeRecorder:
+    """Records, per original code object Dynamo compiled, its globals and the graphs it produced
+    (their FX code, taken before any backend edits the graph); `collect()` reads the rest from
+    Dynamo's cache after the script ran."""
+
+    def __init__(self):
+        self.frames: dict = {}   # id(original code) -> {"code", "globals", "graphs": [index], "graph_code": {}}
+
+    def note_graph(self, index: int, gm) -> None:
+        from tdbg.compiler.torch_compat import InstructionTranslator
+        try:
+            tx = InstructionTranslator.current_tx()
+        except Exception:   # a backend called by hand, outside a Dynamo translation: no frame to show
+            return
+        rec = self.frames.setdefault(id(tx.f_code), {"code": tx.f_code, "globals": tx.f_globals, "graphs": [],
+                                                     "graph_code": {}})
+        rec["graphs"].append(index)
+        # print_readable: the forward's code with each op's user line as a `# File: ...` comment
+        rec["graph_code"][index] = gm.print_readable(print_output=False).strip("\n")
+
+    def collect(self) -> list:
+        """One dict per frame in first-compiled order (see module docstring); JSON-ready."""
+        from tdbg.compiler.torch_compat import dynamo_cache_entries
+        records = list(self.frames.values())
+        out = []
+        for i, rec in enumerate(records):
+            code = rec["code"]
+            entries = list(reversed(dynamo_cache_entries(code)))   # Dynamo keeps the newest first
+            out.append({"index": i, "frame": code.co_name, "function": function_of(code.co_name),
+                        "file": _rel(code.co_filename), "first_line": code.co_firstlineno,
+                        "resume_line": _resume_line(code.co_name),
+                        "source": _source(code, records),
+                        "compiles": [_compile(e, rec["globals"]) for e in entries],
+                        "graph_code": [{"index": k, "code": v} for k, v in rec["graph_code"].items()]})
+        return out
+
+
+def _compile(entry, globals_: dict) -> dict:
+    code = entry.code
+    text, decompiler, note = decompile(code)
+    parts = list(getattr(entry.guard_manager, "code_parts", None) or [])
+    graphs, resumes = [], []
+    for name in code.co_names:
+        value = globals_.get(name)
+        if name.startswith("__compiled_fn"):
+            graphs.append({"name": name, "graph": getattr(inspect.unwrap(value), "tdbg_graph", None)
+                           if value is not None else None})
+        elif name.startswith("__resume_at") and value is not None:
+            resumes.append({"name": name, "frame": getattr(getattr(value, "__code__", None), "co_name", None)})
+    return {"compile_id": str(entry.compile_id), "code": text, "decompiler": decompiler, "note": note,
+            "graphs": graphs, "resumes": resumes, "guards": plain_guards(parts)}
+
+
+def decompile(code) -> tuple:
+    """(text, decompiler, note): depyf's Python, else a disassembly with the reason in `note`."""
+    try:
+        import depyf
+    except ImportError:
+        return _disassembly(code), "dis", "depyf is not installed (pip install depyf): showing the disassembly"
+    try:
+        return depyf.decompile(code).rstrip("\n"), f"depyf {depyf.__version__}", None
+    except Exception as e:   # depyf lacks some opcode of this Python: the bytecode still helps
+        return _disassembly(code), "dis", f"depyf could not decompile this code ({type(e).__name__}: " \
+                                          f"{str(e).splitlines()[0] if str(e) else ''}): showing the disassembly"
+
+
+def _disassembly(code) -> str:
+    return dis.Bytecode(code).dis().rstrip("\n")
+
+
+def _resume_line(name: str) -> Optional[int]:
+    m = _RESUME.match(name)
+    return int(m["line"]) if m else None
+
+
+def _source(code, records: list) -> dict:
+    """{"first_line", "text"} of the user's function; a resume frame shows its parent's source."""
+    target = code
+    if _RESUME.match(code.co_name):
+        parent = function_of(code.co_name)
+        target = next((r["code"] for r in records if r["code"].co_name == parent
+                       and r["code"].co_filename == code.co_filename), code)
+    try:
+        lines, first = inspect.getsourcelines(target)
+    except (OSError, TypeError):
+        first = target.co_firstlineno
+        lines = [linecache.getline(target.co_filename, first)]
+    return {"first_line": max(first, 1), "text": "".join(lines).rstrip("\n")}
+
+
+def _rel(path: str) -> str:
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+# -- in the parent: choosing frames -------------------------------------------------------------
+def select(frames: list, spec: str, graphs: Optional[list] = None) -> list:
+    """Frames matching `spec`: `all`; a graph index (as explain lists graphs: the frame that made
+    it); FILE:LINE (frames of the function whose source holds that line: FILE matched by its end);
+    else a function name (its resume frames too) or a frame's exact name. Empty when none match."""
+    spec = spec.strip()
+    if spec == "all":
+        return list(frames)
+    if spec.isdigit():
+        return [f for f in frames if any(int(spec) in _graph_indices(c) for c in f["compiles"])
+                or any(g["index"] == int(spec) for g in f["graph_code"])]
+    m = re.match(r"^(?P<file>.+):(?P<line>\d+)$", spec)
+    if m:
+        return [f for f in frames if _same_file(f["file"], m["file"]) and _holds(f, int(m["line"]))]
+    return [f for f in frames if f["function"] == spec or f["frame"] == spec]
+
+
+def choices(frames: list) -> str:
+    """The frames a run compiled, as `--code` accepts them (for an error that matched none)."""
+    return ", ".join(f"{f['function']} ({f['file']}:{f['source']['first_line']}"
+                     + (f", resumed after line {f['resume_line']}" if f["resume_line"] else "") + ")"
+                     for f in frames) or "none (nothing was compiled)"
+
+
+def _graph_indices(compile_: dict) -> set:
+    return {g["graph"] for g in compile_["graphs"] if g["graph"] is not None}
+
+
+def _same_file(path: str, given: str) -> bool:
+    a, b = os.path.normpath(path), os.path.normpath(given)
+    return a == b or a.endswith(os.sep + b) or os.path.abspath(a) == os.path.abspath(b)
+
+
+def _holds(frame: dict, line: int) -> bool:
+    src = frame["source"]
+    return src["first_line"] <= line < src["first_line"] + len(src["text"].splitlines())
