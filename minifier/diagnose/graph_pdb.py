@@ -50,7 +50,6 @@ def stop_op():
 
 def _stop(where: str) -> None:
     """Start pdb in the nearest FX-generated frame up the stack (the graph's forward)."""
-    import pdb
     frame = sys._getframe(1)
     while frame is not None and not frame.f_code.co_filename.startswith("<eval_with_key>"):
         frame = frame.f_back
@@ -62,7 +61,7 @@ def _stop(where: str) -> None:
                      f"`stop_at` is the tensor that op reads (live values: {live}). `l` lists the graph's code, "
                      "`c` continues.\n")
     sys.stdout.flush()
-    debugger = pdb.Pdb()
+    debugger = _debugger()
     # Bdb.set_trace(frame) steps into the next event anywhere (here: torch's checks of this op's
     # result); stepping over to the next line of the graph's own frame lands on the user's ops.
     debugger.reset()
@@ -73,6 +72,18 @@ def _stop(where: str) -> None:
         f = f.f_back
     debugger.set_next(frame)
     sys.settrace(debugger.trace_dispatch)
+
+
+def _debugger():
+    import pdb
+
+    class GraphPdb(pdb.Pdb):
+        """pdb that keeps FX's `<eval_with_key>.N` file names as they are: made absolute (Bdb.canonic)
+        they miss the linecache entries FX registers, and pdb would show no graph line."""
+
+        def canonic(self, filename):
+            return filename if filename.startswith("<") else super().canonic(filename)
+    return GraphPdb()
 
 
 class GraphBreakpoints:
