@@ -16,7 +16,7 @@ from tdbg.cli.console import exit_code
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = "tests/scenarios/scripts/code_graph_break.py"
 RUNS = {   # name -> (arguments, pdb's stdin)
-    "code": (["--backend", "eager", "--code", "f"], ""),
+    "code": (["--backend", "eager", "--code", "f", "--html", "{tmp}/page"], ""),
     "pdb_eager": (["--backend", "eager", "--break-at", "7"], "p stop_at.shape\nc\np stop_at.sum()\nc\n"),
     "pdb_aot": (["--backend", "aot_eager", "--break-at", f"{SCRIPT}:9"], "p stop_at[0, 0]\nc\np arg1_1\nc\n"),
 }
@@ -26,10 +26,14 @@ def _run(args, stdin):
     with tempfile.TemporaryDirectory(prefix="tdbg-code-") as tmp:
         path = os.path.join(tmp, "out.json")
         env = {k: v for k, v in os.environ.items() if not k.startswith("TDBG_") or k == "TDBG_CACHE_DIR"}
+        args = [a.replace("{tmp}", tmp) for a in args]
         proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", "explain", SCRIPT, *args, "--json", path],
                               cwd=ROOT, env=dict(env, COLUMNS="200"), input=stdin, capture_output=True, text=True,
                               timeout=600)
-        return proc.returncode, proc.stdout, proc.stderr, json.load(open(path))
+        page = os.path.join(tmp, "page", "index.html")
+        doc = json.load(open(path))
+        doc["html"] = open(page).read() if os.path.exists(page) else None
+        return proc.returncode, proc.stdout, proc.stderr, doc
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,19 @@ def test_code_shows_transformed_code_resume_frame_and_guards(runs):
         assert part in out
     assert "  >    8      print(\"graph break here\")" in out             # the resume point marked
     assert f"then continues in torch_dynamo_resume_in_f_at_8 (called as {resume['name']})" in out
+
+
+def test_html_puts_the_four_panes_side_by_side(runs):
+    html = runs["code"][3]["html"]
+    section = html[html.index('<section id="dynamo_code">'):]
+    section = section[:section.index("</section>")]
+    assert section.count('<div class="frame-code"') == 2 and section.count('<div class="panes4">') == 2
+    first = section[:section.index('<div class="frame-code" data-frame="torch_dynamo_resume_in_f_at_8">')]
+    titles = [t.split("</h4>")[0] for t in first.split('<div class="pane-box"><h4>')[1:]]
+    assert titles == ["original source", "the code Dynamo runs", "guards, in words", "graph code"]
+    assert "<li title=\"check_tensor(L[&#x27;x&#x27;], Tensor" in first
+    assert "`x` is a Tensor of dtype float32, shape [4, 8]" in first
+    assert "then continues in torch_dynamo_resume_in_f_at_8" in first
 
 
 def test_break_at_stops_in_the_dynamo_graph_under_eager(runs):
