@@ -33,7 +33,7 @@ _RESUME = re.compile(r"torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 GUARD_WORDS = (
     (r"^check_tensor\((?P<name>[^,]+), (?P<cls>\w+), DispatchKeySet\((?P<keys>[^)]*)\), (?P<dtype>[\w.]+), "
      r"device=(?P<device>[^,]+), requires_grad=(?P<rg>\w+), size=(?P<size>\[[^\]]*\]), stride=(?P<stride>\[[^\]]*\])",
-     "`{name}` is a {cls} of dtype {dtype_short}, shape {size}, stride {stride}, requires_grad={rg}, "
+     "`{name}` is a {cls} of dtype {dtype_short}, shape {size_words}, stride {stride_words}, requires_grad={rg}, "
      "device {device_words}"),
     (r"^hasattr\((?P<name>[^,]+), '_dynamo_(?:weak_|strict_)?(?:dynamic|unbacked|static)_indices'\) == False",
      "`{name}` carries no mark_dynamic / mark_static / unbacked marks (marking it later recompiles)"),
@@ -45,6 +45,10 @@ GUARD_WORDS = (
      "`{name}` has size at most {hi} in dim {dim}"),
     (r"^(?P<lo>-?\d+) <= (?P<name>\S+)\.size\(\)\[(?P<dim>\d+)\] <= (?P<hi>-?\d+)$",
      "`{name}` has size {lo}..{hi} in dim {dim}"),
+    (r"^(?P<a>\S+\.(?:size|stride)\(\)\[\d+\]) == (?P<b>\S+\.(?:size|stride)\(\)\[\d+\])$",
+     "`{a}` == `{b}` (a relation between sizes and strides the graph assumes)"),
+    (r"^not ___dict_contains\('(?P<attr>\w+)', (?P<name>.+)\.__dict__\)$",
+     "`{name}.{attr}` is not set on the instance (the class's {attr} runs)"),
     (r"^___check_obj_id\((?P<name>.+), \d+\)(?:, type=<class '(?P<type>[^']+)'>)?$",
      "`{name}` is the very object it was when compiled"),
     (r"^___check_type_id\((?P<name>.+), \d+\)(?:, type=<class '(?P<type>[^']+)'>)?$",
@@ -55,7 +59,7 @@ GUARD_WORDS = (
     (r"^utils_device\.CURRENT_DEVICE == None", "no `with torch.device(...)` block is active"),
     (r"top_saved_tensors_hooks ids == None", "no saved-tensors hooks are active "
      "(torch.autograd.graph.saved_tensors_hooks)"),
-    (r"^check_no_aliasing\((?P<names>.+)\)$", "{names} are distinct tensors (none aliases another)"),
+    (r"^check_no_aliasing\((?P<names>.+)\)$", "{names_quoted} are distinct tensors (none aliases another)"),
     (r"^len\((?P<name>.+)\) == (?P<value>\d+)$", "`{name}` has length {value}"),
     (r"^isinstance\((?P<name>.+), (?P<type>\w+)\)$", "`{name}` is a {type}"),
     (r"^(?P<name>[\w.\[\]'\"]+) is None$", "`{name}` is None"),
@@ -65,15 +69,22 @@ GUARD_WORDS = (
 )
 
 
+# a verbose guard's comment: `# user code  # file:line in function (...)` (symbolic-shape guards)
+_ORIGIN = re.compile(r"#\s*(?P<code>[^#]+?)\s*#\s*\S*?:(?P<line>\d+) in (?P<fn>\S+)")
+
+
 def plain_guard(code: str) -> str:
-    """One guard (a code part of Dynamo's guard manager) in words; unknown guards as the check itself."""
+    """One guard (a code part of Dynamo's guard manager) in words; unknown guards as the check
+    itself. A guard whose comment names the user line that created it (shape guards) says so."""
     text = _user_spelling(code.split("#")[0].strip())
+    origin = _ORIGIN.search(code)
+    where = f" (from line {origin['line']}: `{origin['code']}`)" if origin else ""
     for pattern, words in GUARD_WORDS:
         m = re.search(pattern, text)
         if m:
             fields = {k: (v if v is not None else "?") for k, v in m.groupdict().items()}
-            return words.format(**fields, **_extra_fields(fields, text))
-    return f"holds: {text}"
+            return words.format(**fields, **_extra_fields(fields, text)) + where
+    return f"holds: {text}{where}"
 
 
 def plain_guards(parts: list) -> list:
@@ -84,17 +95,30 @@ def plain_guards(parts: list) -> list:
     return [{"words": words, "code": codes} for words, codes in rows.items()]
 
 
+def guard_parts(guard_manager) -> list:
+    """Every guard of a cache entry as Python text: the manager's code parts, then the guards it
+    checks last (symbolic-shape guards, with their comments naming the user line)."""
+    parts = list(getattr(guard_manager, "code_parts", None) or [])
+    root = getattr(guard_manager, "root", None)
+    for guard in (root.get_epilogue_lambda_guards() if hasattr(root, "get_epilogue_lambda_guards") else []):
+        parts.extend(guard.verbose_code_parts())
+    return parts
+
+
 def _user_spelling(text: str) -> str:
     text = re.sub(r"G\['__builtins_dict___\d+'\]\['([^']+)'\]", r"\1", text)
     return source_names(text)
 
 
 def _extra_fields(fields: dict, text: str) -> dict:
-    extra = {}
+    extra = {"names_quoted": ", ".join(f"`{n}`" for n in fields["names"].split(", "))} if "names" in fields else {}
     if "dtype" in fields:
         extra["dtype_short"] = fields["dtype"].replace("torch.", "")
         device = fields.get("device", "None")
         extra["device_words"] = "cpu" if device == "None" and "CPU" in fields.get("keys", "") else device
+        # None: a dynamic dim, checked by the symbolic-shape guards instead
+        extra["size_words"] = fields["size"].replace("None", "any")
+        extra["stride_words"] = fields["stride"].replace("None", "any")
     for key in ("grad_mode", "deterministic_algorithms", "num_threads"):
         m = re.search(rf'"{key}":\s*([^,}}]+)', text)
         extra[key] = {"true": "on", "false": "off"}.get(m.group(1), m.group(1)) if m else "?"
@@ -142,7 +166,7 @@ class CodeRecorder:
 def _compile(entry, globals_: dict) -> dict:
     code = entry.code
     text, decompiler, note = decompile(code)
-    parts = list(getattr(entry.guard_manager, "code_parts", None) or [])
+    parts = guard_parts(entry.guard_manager)
     graphs, resumes = [], []
     for name in code.co_names:
         value = globals_.get(name)

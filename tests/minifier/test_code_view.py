@@ -27,6 +27,16 @@ CHECK_TENSOR = ("check_tensor(L['x'], Tensor, DispatchKeySet(CPU, BackendSelect,
      "torch's global state is as when compiled: grad mode on, deterministic algorithms off, 2 threads, "
      "the same autocast and default dtype"),
     ("___some_new_guard(L['x'])", "holds: ___some_new_guard(x)"),
+    ("check_no_aliasing(L['x'], L['xs'][0])", "`x`, `xs[0]` are distinct tensors (none aliases another)"),
+    ("not ___dict_contains('forward', L['self']._modules['fc'].__dict__)",
+     "`self.fc.forward` is not set on the instance (the class's forward runs)"),
+    (CHECK_TENSOR.replace("size=[4, 8], stride=[8, 1]", "size=[None, 8], stride=[8, 1]"),
+     "`x` is a Tensor of dtype float32, shape [any, 8], stride [8, 1], requires_grad=False, device cpu"),
+    # symbolic-shape guards, as torch 2.13 writes them (the comment names the user line)
+    ("4 <= L['x'].size()[0]  # if x.size(0) > 3:  # mp/cv/probe3.py:4 in f (_dynamo/variables/tensor.py:2606 in "
+     "evaluate_expr)", "`x` has size at least 4 in dim 0 (from line 4: `if x.size(0) > 3:`)"),
+    ("L['x'].stride()[0] == L['x'].size()[1]  # (unknown source L['x'].stride()[0], please file a bug)",
+     "`x.stride()[0]` == `x.size()[1]` (a relation between sizes and strides the graph assumes)"),
 ])
 def test_guards_in_words(code, words):
     assert code_view.plain_guard(code) == words
@@ -94,3 +104,27 @@ def test_break_at_parsing(tmp_path):
     assert graph_pdb.parse_at(f"{script}:3", "other.py") == (str(script.resolve()), 3)
     assert graph_pdb.check_at("x7", str(script)) == "--break-at takes FILE:LINE or LINE (a line of the script), not 'x7'"
     assert graph_pdb.check_at("nofile.py:3", str(script)) == "--break-at nofile.py:3: 'nofile.py' is not a file"
+
+
+def test_shape_guards_come_with_the_line_that_made_them():
+    """A dynamic-shape compile: the symbolic-shape guards (checked last, outside code_parts) are
+    listed too, with the user line of the branch that created them."""
+    import torch
+
+    from tdbg.compiler.torch_compat import dynamo_cache_entries
+
+    def f(x):
+        if x.size(0) > 3:
+            return x * 2
+        return x
+    torch.compiler.reset()
+    try:
+        torch.compile(f, backend="eager", dynamic=True)(torch.ones(5, 8))
+        (entry,) = dynamo_cache_entries(f.__code__)
+        words = [g["words"] for g in code_view.plain_guards(code_view.guard_parts(entry.guard_manager))]
+    finally:
+        torch.compiler.reset()
+    line = f.__code__.co_firstlineno + 1
+    assert f"`x` has size at least 4 in dim 0 (from line {line}: `if x.size(0) > 3:`)" in words
+    assert "`x` is a Tensor of dtype float32, shape [any, any], stride [any, 1], requires_grad=False, device cpu" \
+        in words
