@@ -79,6 +79,9 @@ def plain_guard(code: str) -> str:
     text = _user_spelling(code.split("#")[0].strip())
     origin = _ORIGIN.search(code)
     where = f" (from line {origin['line']}: `{origin['code']}`)" if origin else ""
+    if origin and "not due user code" in code:   # torch says the line is only the value's first use
+        where = (f" (not from your code: sizes 0 and 1 always get graphs of their own; line {origin['line']} "
+                 "is only where the size was first used)")
     for pattern, words in GUARD_WORDS:
         m = re.search(pattern, text)
         if m:

@@ -35,6 +35,11 @@ CHECK_TENSOR = ("check_tensor(L['x'], Tensor, DispatchKeySet(CPU, BackendSelect,
     # symbolic-shape guards, as torch 2.13 writes them (the comment names the user line)
     ("4 <= L['x'].size()[0]  # if x.size(0) > 3:  # mp/cv/probe3.py:4 in f (_dynamo/variables/tensor.py:2606 in "
      "evaluate_expr)", "`x` has size at least 4 in dim 0 (from line 4: `if x.size(0) > 3:`)"),
+    ("2 <= L['x'].size()[1]  # if x.size(0) > 3:  # mp/cv/probe3.py:4 in f (user code shown is first use of this "
+     "value--the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid "
+     "specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+     "`x` has size at least 2 in dim 1 (not from your code: sizes 0 and 1 always get graphs of their own; line 4 is "
+     "only where the size was first used)"),
     ("L['x'].stride()[0] == L['x'].size()[1]  # (unknown source L['x'].stride()[0], please file a bug)",
      "`x.stride()[0]` == `x.size()[1]` (a relation between sizes and strides the graph assumes)"),
 ])
