@@ -161,9 +161,20 @@ class CodeRecorder:
                         "file": _rel(code.co_filename), "first_line": code.co_firstlineno,
                         "resume_line": _resume_line(code.co_name),
                         "source": _source(code, records),
-                        "compiles": [_compile(e, rec["globals"]) for e in entries],
+                        "compiles": [_compile_or_note(e, rec["globals"]) for e in entries],
                         "graph_code": [{"index": k, "code": v} for k, v in rec["graph_code"].items()]})
         return out
+
+
+def _compile_or_note(entry, globals_: dict) -> dict:
+    """`_compile`, or an entry whose note says what could not be read (a torch whose cache entries
+    or guard managers differ must not cost the run its verdict)."""
+    try:
+        return _compile(entry, globals_)
+    except Exception as e:
+        return {"compile_id": str(getattr(entry, "compile_id", "?")), "code": "", "decompiler": "dis",
+                "note": f"tdbg could not read this compile ({type(e).__name__}: {e})", "graphs": [], "resumes": [],
+                "guards": []}
 
 
 def _compile(entry, globals_: dict) -> dict:

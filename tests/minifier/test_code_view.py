@@ -133,3 +133,15 @@ def test_shape_guards_come_with_the_line_that_made_them():
     assert f"`x` has size at least 4 in dim 0 (from line {line}: `if x.size(0) > 3:`)" in words
     assert "`x` is a Tensor of dtype float32, shape [any, any], stride [any, 1], requires_grad=False, device cpu" \
         in words
+
+
+def test_an_unreadable_compile_is_a_note_not_a_crash():
+    class Entry:
+        compile_id = "0/0"
+
+        @property
+        def code(self):
+            raise AttributeError("no code on this torch")
+    (entry,) = [code_view._compile_or_note(Entry(), {})]
+    assert entry["note"] == "tdbg could not read this compile (AttributeError: no code on this torch)"
+    assert entry["compile_id"] == "0/0" and entry["guards"] == [] and entry["code"] == ""
