@@ -440,7 +440,7 @@ def dynamo_code_section(ctx: dict):
         resumed = f", resumed after line {f['resume_line']}" if f.get("resume_line") else ""
         src = f["source"]
         source = "".join(f'<div class="ln{" culprit" if n == f.get("resume_line") else ""}" data-n="{n}">'
-                         f"{n:>4}  {h(text)}</div>" for n, text in enumerate(src["text"].splitlines(), src["first_line"]))
+                         f"{h(text)}</div>" for n, text in enumerate(src["text"].splitlines(), src["first_line"]))
         runs, guards = [], []
         for comp in f["compiles"]:
             how = f"decompiled by {comp['decompiler']}" if comp["decompiler"] != "dis" else "disassembled"
