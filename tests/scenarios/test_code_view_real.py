@@ -15,9 +15,9 @@ from tdbg.cli.console import exit_code
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = "tests/scenarios/scripts/code_graph_break.py"
-RUNS = {   # name -> (arguments, pdb's stdin)
-    "code": (["--backend", "eager", "--code", "f", "--html", "{tmp}/page"], ""),
-    "pdb_eager": (["--backend", "eager", "--break-at", "7"], "p stop_at.shape\nc\np stop_at.sum()\nc\n"),
+RUNS = {   # name -> (arguments, pdb's stdin); --code and --break-at share one run (tests are on a budget)
+    "code": (["--backend", "eager", "--code", "f", "--html", "{tmp}/page", "--break-at", "7"],
+             "p stop_at.shape\nc\np stop_at.sum()\nc\n"),
     "pdb_aot": (["--backend", "aot_eager", "--break-at", f"{SCRIPT}:9"], "p stop_at[0, 0]\nc\np arg1_1\nc\n"),
 }
 
@@ -94,7 +94,7 @@ def test_html_puts_the_four_panes_side_by_side(runs):
 
 
 def test_break_at_stops_in_the_dynamo_graph_under_eager(runs):
-    code, out, err, doc = runs["pdb_eager"]
+    code, out, err, doc = runs["code"]
     assert code == 0, out + err
     assert doc["break_at"] == [{"graph": 0, "node": "sin", "line": f"{SCRIPT}:7", "code": "y = x.sin() * 2"}]
     assert out.count("-> sin = stop_at.sin();  stop_at = None") == 2      # both calls, at the line's first op
