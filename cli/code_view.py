@@ -49,8 +49,10 @@ def render(c, doc: dict) -> None:
     from rich.markup import escape
     for f in doc["frames"]:
         resumed = f", resumed after line {f['resume_line']}" if f["resume_line"] else ""
-        c.print(f"\n[bold cyan]Code of {escape(f['function'])}[/] (frame {f['index']}: {escape(f['frame'])}, "
-                f"{escape(f['file'])}:{f['first_line']}{resumed})")
+        graphs = ", ".join(str(g["index"]) for g in f["graph_code"])
+        # graphs, not the frame's own index: a number given to --code is a graph index
+        c.print(f"\n[bold cyan]Code of {escape(f['function'])}[/] (frame {escape(f['frame'])}, "
+                f"{escape(f['file'])}:{f['first_line']}{resumed}; graph(s) {graphs or 'none'})")
         src = f["source"]
         c.print(f"  [bold]original source[/] ({escape(f['file'])}:{src['first_line']}):")
         for n, line in enumerate(src["text"].splitlines(), src["first_line"]):

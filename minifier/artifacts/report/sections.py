@@ -458,7 +458,7 @@ def dynamo_code_section(ctx: dict):
                  ("the code Dynamo runs", "".join(runs)), ("guards, in words", "".join(guards)),
                  ("graph code", graphs or '<div class="note">(no graph)</div>'))
         parts.append(f'<div class="frame-code" data-frame="{h(f["frame"])}"><h3>{h(f["function"])} '
-                     f'<span class="dim">(frame {h(f["index"])}: {h(f["frame"])}, {h(f["file"])}:{h(f["first_line"])}'
+                     f'<span class="dim">(frame {h(f["frame"])}, {h(f["file"])}:{h(f["first_line"])}'
                      f'{h(resumed)})</span></h3><div class="panes4">'
                      + "".join(f'<div class="pane-box"><h4>{h(title)}</h4>{body}</div>' for title, body in panes)
                      + "</div></div>")
