@@ -13,9 +13,9 @@ def break_at_problem(break_at: Optional[str], script: str, backend: str) -> Opti
     if break_at is None:
         return None
     if backend not in PYTHON_GRAPH_BACKENDS:
-        return (f"--break-at needs a backend whose graph code is Python run op by op ({', '.join(PYTHON_GRAPH_BACKENDS)}), "
-                f"not {backend!r}: compiled backends (Inductor, tdbg) run native kernels, so no Python line of "
-                "theirs belongs to one user line. Add --backend eager (the Dynamo graph) or --backend aot_eager "
+        return (f"--break-at needs a backend whose graph code is Python run op by op "
+                f"({', '.join(PYTHON_GRAPH_BACKENDS)}), not {backend!r}: compiled backends (Inductor, tdbg) run "
+                "native kernels, so no Python line of theirs belongs to one user line. Add --backend eager (the Dynamo graph) or --backend aot_eager "
                 "(the aten graph AOTAutograd made of it).")
     from tdbg.minifier.diagnose.graph_pdb import check_at
     return check_at(break_at, script)

@@ -107,7 +107,8 @@ def test_break_at_parsing(tmp_path):
     script.write_text("x = 1\n")
     assert graph_pdb.parse_at("7", str(script)) == (str(script.resolve()), 7)
     assert graph_pdb.parse_at(f"{script}:3", "other.py") == (str(script.resolve()), 3)
-    assert graph_pdb.check_at("x7", str(script)) == "--break-at takes FILE:LINE or LINE (a line of the script), not 'x7'"
+    assert graph_pdb.check_at("x7", str(script)) == \
+        "--break-at takes FILE:LINE or LINE (a line of the script), not 'x7'"
     assert graph_pdb.check_at("nofile.py:3", str(script)) == "--break-at nofile.py:3: 'nofile.py' is not a file"
 
 

@@ -74,7 +74,7 @@ def test_code_shows_transformed_code_resume_frame_and_guards(runs):
     assert "# File: " in frames[1]["graph_code"][0]["code"] and "code: z = y + n" in frames[1]["graph_code"][0]["code"]
     # the text: the four parts in order, for both frames
     assert out.count("Code of f (frame ") == 2
-    assert "Code of f (frame torch_dynamo_resume_in_f_at_8, " + SCRIPT + ":8, resumed after line 8; graph(s) 1, 2)" in out
+    assert f"Code of f (frame torch_dynamo_resume_in_f_at_8, {SCRIPT}:8, resumed after line 8; graph(s) 1, 2)" in out
     for part in ("original source", "the code Dynamo runs instead (decompiled by depyf", "guards (", "graph 0 code"):
         assert part in out
     assert "  >    8      print(\"graph break here\")" in out             # the resume point marked
