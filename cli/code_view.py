@@ -15,8 +15,8 @@ def break_at_problem(break_at: Optional[str], script: str, backend: str) -> Opti
     if backend not in PYTHON_GRAPH_BACKENDS:
         return (f"--break-at needs a backend whose graph code is Python run op by op "
                 f"({', '.join(PYTHON_GRAPH_BACKENDS)}), not {backend!r}: compiled backends (Inductor, tdbg) run "
-                "native kernels, so no Python line of theirs belongs to one user line. Add --backend eager (the Dynamo graph) or --backend aot_eager "
-                "(the aten graph AOTAutograd made of it).")
+                "native kernels, so no Python line of theirs belongs to one user line. Add --backend eager "
+                "(the Dynamo graph) or --backend aot_eager (the aten graph AOTAutograd made of it).")
     from tdbg.minifier.diagnose.graph_pdb import check_at
     return check_at(break_at, script)
 
