@@ -17,9 +17,15 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
               help="Exit with the `threshold` code when there are more than N graph-break sites.")
 @click.option("--max-recompiles", type=click.IntRange(0), metavar="N",
               help="Exit with the `threshold` code when the script recompiles more than N times.")
+@click.option("--code", "code_frame", metavar="FRAME",
+              help="Show what Dynamo made of FRAME (a function name, FILE:LINE, a graph index, or `all`): "
+                   "original source, the code Dynamo runs (decompiled), its guards in words, its graphs' code.")
+@click.option("--break-at", metavar="FILE:LINE",
+              help="Stop in pdb inside each graph's Python code at the ops of that user line "
+                   "(--backend eager or aot_eager).")
 @common.timeout_option(None)
 @common.json_option
-def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, json_path):
+def explain(script, args, backend, max_graph_breaks, max_recompiles, code_frame, break_at, timeout, json_path):
     """Run SCRIPT (ARGS after --) under --backend and explain what Dynamo did with it.
 
     Per compiled function: graph count, ops per graph and the user lines they come from, graph
@@ -31,7 +37,9 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
     if json_path == "-":
         report_to_stderr()
     thresholds = {"max_graph_breaks": max_graph_breaks, "max_recompiles": max_recompiles}
-    problem = common.script_or_backend_problem(script, backend)
+    from tdbg.cli import code_view
+    problem = common.script_or_backend_problem(script, backend) or code_view.break_at_problem(break_at, script,
+                                                                                               backend)
     if problem:
         write_json(json_path, {"script": script, "argv": list(args), "backend": backend, "thresholds": thresholds,
                                "exceeded": [], "exit_code": exit_code("bad_input"), "status": "failed",
@@ -45,16 +53,26 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, timeout, js
     with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
         verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
                                         timeout=timeout, stdout_to_stderr=json_path == "-",
-                                        quiet_compiler_log=traces_for_page_only()))
+                                        quiet_compiler_log=traces_for_page_only(),
+                                        code_view=code_frame is not None, break_at=break_at))
     report = build_report(verdict)
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)
     render(report, verdict, problems, script, backend)
+    code_doc = code_view.document(verdict, code_frame)
+    if code_doc:
+        code_view.render(out(), code_doc)
+    code_problem = code_view.problem(code_doc, verdict, break_at)
+    if code_problem:
+        code = exit_code("bad_input")
     write_json(json_path, {"script": script, "argv": list(args), "backend": backend,
                            "compile_backends": verdict.get("compile_backends"), "thresholds": thresholds,
                            "exceeded": problems, "exit_code": code, "status": verdict["status"],
-                           "stage": verdict.get("stage"), "error": _short_error(verdict), **report},
+                           "stage": verdict.get("stage"), "error": _short_error(verdict), **report,
+                           "code": code_doc, "break_at": verdict.get("break_at")},
                JSON_SCHEMA, JSON_VERSION)
+    if code_problem:
+        fail(code_problem, "bad_input")
     raise SystemExit(code)
 
 

@@ -159,6 +159,8 @@ class Session:
         self.recompiles: list = []
         self.guards: list = []
         self.tagged: list = []   # (exception, {"stage", "graph", "during"})
+        self.code_recorder = None   # diagnose/code_view.CodeRecorder for explain --code
+        self.graph_edit = None      # gm -> None, edits each Dynamo graph first (explain --break-at)
 
     # -- patching -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -245,6 +247,10 @@ class Session:
         first = (info["lines"] or info["stack"] or [None])[0]
         self.event("compile_start", graph=index, frame=frame,
                    source=f"{first['file']}:{first['line']}  {first['code']}" if first else None)
+        if self.code_recorder is not None:
+            self.code_recorder.note_graph(index, gm)
+        if self.graph_edit is not None:
+            self.graph_edit(gm)
         self.status("compiling", index, 0)
         # the reference must run the graph Dynamo made, not what an in-place editing backend left
         snap = snapshot(gm) if self.check_accuracy or self.check_determinism else None
@@ -280,6 +286,7 @@ class Session:
             if self._status_fd is not None:   # only runs that report where they died pay for this
                 self._watch_backward(actual, index, call)
             return actual
+        run.tdbg_graph = index   # explain --code finds the graph a transformed frame calls by this
         return run
 
     def _checked_call(self, compiled, snap, info, call: int, args):

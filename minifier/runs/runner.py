@@ -72,6 +72,8 @@ class RunRequest:
     # vs aten graph vs compiled) judged at its first call and written to path
     # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
     stage_check: Optional[dict] = None
+    code_view: bool = False              # verdict["code_frames"]: diagnose/code_view.CodeRecorder.collect()
+    break_at: Optional[str] = None       # "FILE:LINE": stop in pdb in each graph's code at that line (graph_pdb.py)
     check_determinism: bool = False      # each graph's first call run twice, compiled and eager (determinism.py)
     # the compiler's debug traces were switched on for a report (--html), not by the user: its
     # `compiler` log channel (which config.debug turns on) stays quiet unless config.logs names it
@@ -342,6 +344,7 @@ def _child(spec: dict) -> dict:
                                  function=spec["function"], check_accuracy=spec["check_accuracy"],
                                  check_calls=spec.get("check_calls"), events_path=spec["events"],
                                  status_path=spec.get("status"), check_determinism=spec.get("check_determinism", False))
+    _code_tools(session, spec, script)
     with open(script, "rb") as f:
         code = compile(f.read(), script, "exec")
     module = types.ModuleType("__main__")
@@ -362,6 +365,10 @@ def _child(spec: dict) -> dict:
         return _bad_input(str(session.setup_error))
     verdict = _verdict(session, exc, exit_code, script, cfg)
     verdict["compile_backends"] = own_backend.summary(session.compile_records)
+    if session.code_recorder is not None:
+        verdict["code_frames"] = session.code_recorder.collect()
+    if session.graph_edit is not None:
+        verdict["break_at"] = session.graph_edit.placed
     verdict["check_calls"] = spec.get("check_calls")   # --check-calls N (None: the default policy)
     verdict["check_determinism"] = bool(spec.get("check_determinism"))
     if prepare.savers:
@@ -374,6 +381,16 @@ def _child(spec: dict) -> dict:
     verdict["config"] = json.loads(cfg.to_json())
     verdict["default_config"] = json.loads(tdbg_config.Config().to_json())
     return verdict
+
+
+def _code_tools(session, spec: dict, script: str) -> None:
+    """explain --code records each frame's code; --break-at edits each graph to stop in pdb."""
+    if spec.get("code_view"):
+        from tdbg.minifier.diagnose.code_view import CodeRecorder
+        session.code_recorder = CodeRecorder()
+    if spec.get("break_at"):
+        from tdbg.minifier.diagnose.graph_pdb import GraphBreakpoints
+        session.graph_edit = GraphBreakpoints(spec["break_at"], script)
 
 
 class _Prepare:

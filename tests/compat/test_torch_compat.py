@@ -385,7 +385,24 @@ def _check_cpp_codegen(mod):
     assert inductor_hooks._KERNEL_HOOK in inspect.getsource(mod.CppScheduling.codegen_comment)
 
 
+def _check_cache_entries(fn):
+    # one entry per compile, each with the code Dynamo runs and its guards as Python text
+    def double(x):
+        return x * 2
+
+    torch.compiler.reset()
+    try:
+        compiled = torch.compile(double, backend="eager")
+        compiled(torch.ones(3))
+        entries = fn(double.__code__)
+        assert len(entries) == 1 and isinstance(entries[0].code, type(double.__code__))
+        assert any(p.startswith("check_tensor(L['x'], Tensor") for p in entries[0].guard_manager.code_parts)
+    finally:
+        torch.compiler.reset()
+
+
 CHECKS = {
+    "dynamo_cache_entries": _check_cache_entries,
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
     "InstructionTranslator": _check_instruction_translator, "compile_context": _check_compile_context_manager,
     "compile_lock": _check_compile_lock, "dynamo_disable": _check_dynamo_disable,

@@ -450,12 +450,51 @@ def transcript_section(ctx: dict):
 
 
 # (id, title, builder) in page order
+def dynamo_code_section(ctx: dict):
+    """explain --code: per frame, four panes side by side: the original source, the code Dynamo
+    runs in its place, that code's guards in words, and the graphs it calls."""
+    code = (ctx["document"] or {}).get("code") or {}
+    frames = code.get("frames") or []
+    if not frames:
+        return None
+    parts = [f'<p class="note">--code {h(code.get("asked"))}: frames compiled in this run: '
+             f'{h(code.get("available"))}</p>']
+    for f in frames:
+        resumed = f", resumed after line {f['resume_line']}" if f.get("resume_line") else ""
+        src = f["source"]
+        source = "".join(f'<div class="ln{" culprit" if n == f.get("resume_line") else ""}" data-n="{n}">'
+                         f"{h(text)}</div>" for n, text in enumerate(src["text"].splitlines(), src["first_line"]))
+        runs, guards = [], []
+        for comp in f["compiles"]:
+            how = f"decompiled by {comp['decompiler']}" if comp["decompiler"] != "dis" else "disassembled"
+            calls = [f"calls graph {g['graph']} as {g['name']}" for g in comp["graphs"]] + \
+                    [f"then continues in {r['frame']} ({r['name']})" for r in comp["resumes"]]
+            runs.append(f'<h4>compile {h(comp["compile_id"])} <span class="dim">({h(how)})</span></h4>'
+                        + (f'<div class="note">{h(comp["note"])}</div>' if comp.get("note") else "")
+                        + pre(comp["code"]) + "".join(f'<div class="dim">{h(c)}</div>' for c in calls))
+            guards.append(f'<h4>compile {h(comp["compile_id"])}</h4><ul class="guards">'
+                          + "".join(f'<li title="{h(chr(10).join(g["code"]))}">{h(g["words"])}'
+                                    + (f' <span class="dim">({len(g["code"])} checks)</span>' if len(g["code"]) > 1
+                                       else "") + "</li>" for g in comp["guards"]) + "</ul>")
+        graphs = "".join(f"<h4>graph {h(g['index'])}</h4>{pre(g['code'])}" for g in f["graph_code"])
+        panes = (("original source", f'<div class="pane">{source}</div>'),
+                 ("the code Dynamo runs", "".join(runs)), ("guards, in words", "".join(guards)),
+                 ("graph code", graphs or '<div class="note">(no graph)</div>'))
+        parts.append(f'<div class="frame-code" data-frame="{h(f["frame"])}"><h3>{h(f["function"])} '
+                     f'<span class="dim">(frame {h(f["frame"])}, {h(f["file"])}:{h(f["first_line"])}'
+                     f'{h(resumed)})</span></h3><div class="panes4">'
+                     + "".join(f'<div class="pane-box"><h4>{h(title)}</h4>{body}</div>' for title, body in panes)
+                     + "</div></div>")
+    return "".join(parts)
+
+
 SECTIONS = (
     ("verdict", "Verdict", verdict_section),
     ("errors", "Errors per output and node", errors_section),
     ("bisect", "Bisection", bisect_section),
     ("graphs", "Graphs, breaks and recompiles", graphs_section),
     ("code", "FX code, loop IR and C++", code_section),
+    ("dynamo_code", "What Dynamo made of the code", dynamo_code_section),
     ("timings", "Stage timings", timings_section),
     ("profile", "Profile: eager vs compiled", profile_section),
     ("minify", "Shrink history", minify_section),
