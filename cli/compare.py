@@ -36,7 +36,7 @@ STAGE_SUMMARY = {"aot": "AOTAutograd's aten graph already differs from the Dynam
 # verdict -> how the summary line counts graphs with it
 SUMMARY_WORDS = {"ok": "ok", "culprit": "with a diverging op", "drift": "drifting", "fused": "diverging only when fused",
                  "outputs_differ": "with differing outputs", "outputs_match": "matching (outputs only)",
-                 "error": "not compared"}
+                 "error": "not compared", "aten_wrong": "matching only an aten graph that is itself wrong"}
 
 
 @click.command(epilog=exit_codes_help())
@@ -163,6 +163,7 @@ def _conclude(doc: dict) -> None:
             g.setdefault("notes", []).append(
                 f"this compares the compiled code with its aten graph run eagerly; the aten graph itself differs "
                 f"from the Dynamo graph ({', '.join(aot)} above), so OK here is not a correct result")
+    doc["message"] = _summary(doc["graphs"])   # counted again: such a graph is no longer "ok"
     if wrong:
         doc["message"] += "; " + ", ".join(f"{s['name']}: {STAGE_SUMMARY[s['verdict']]}" for s in wrong)
     if wrong:
@@ -252,10 +253,17 @@ def _exit_code(rows: list) -> int:
     return exit_code(errors[0]["stage"]) if errors else exit_code("ok")
 
 
+def _aten_wrong(g: dict) -> bool:
+    """An "ok" graph whose aten graph (AOTAutograd's) already differs from the Dynamo graph: the
+    compiled graph matches a wrong reference, which is never an OK to count."""
+    return g["verdict"] == "ok" and bool(g.get("notes")) and "aten graph itself differs" in g["notes"][-1]
+
+
 def _summary(rows: list) -> str:
     counts: dict = {}
     for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        verdict = "aten_wrong" if _aten_wrong(r) else r["verdict"]
+        counts[verdict] = counts.get(verdict, 0) + 1
     return f"{len(rows)} graph(s): " + ", ".join(f"{n} {SUMMARY_WORDS[v]}" for v, n in counts.items())
 
 
@@ -297,7 +305,7 @@ def _render_stages(c, s: dict) -> None:
                      for k in ("aot", "compiled")]
             t.add_row(escape(v["path"]), *cells, style="red" if any(c.endswith(" x") for c in cells) else None)
         from rich.padding import Padding
-        c.print(Padding(t, (0, 0, 0, 2)))
+        c.print(Padding(t, (0, 0, 0, 2), expand=False))   # a piped console is 1000 columns wide
     for note in s.get("notes", []):
         c.print(f"  [dim]note: {escape(note)}[/]")
 
@@ -305,7 +313,7 @@ def _render_stages(c, s: dict) -> None:
 def _render_graph(c, g: dict, bisect: Optional[str] = None) -> None:
     from rich.markup import escape
     label, style = LABELS[g["verdict"]]
-    if g["verdict"] == "ok" and g.get("notes") and "aten graph itself differs" in g["notes"][-1]:
+    if _aten_wrong(g):
         label, style = "OK AGAINST ITS ATEN GRAPH (which is wrong)", "yellow"
     if g["verdict"] == "error":
         c.print(f"\n[bold]{escape(g['name'])}[/] ({g['kind']}): [{style}]{label}[/] "
