@@ -71,6 +71,7 @@ class RunRequest:
     # vs aten graph vs compiled) judged at its first call and written to path
     # (diagnose/stages.StageRecorder; `tdbg compare` reads it)
     stage_check: Optional[dict] = None
+    cache_events: Optional[str] = None   # a JSON-lines file: every compile-cache lookup (diagnose/caches.py)
 
 
 def _compares_with_eager(spec: dict, repro: Optional[dict]) -> bool:
@@ -312,6 +313,9 @@ def _child(spec: dict) -> dict:
     if spec["torch_logs"]:
         from tdbg.compiler.torch_compat import set_logs
         set_logs(**spec["torch_logs"])
+    if spec.get("cache_events"):
+        from tdbg.minifier.diagnose.caches import CacheRecorder
+        CacheRecorder(spec["cache_events"]).install()
     if spec.get("save_io") and repro:
         return _bad_input("--save-io cannot be combined with repro dumping (--repro-after, TDBG_REPRO_AFTER): "
                           "both hook the backend's compiler; run them separately.")
