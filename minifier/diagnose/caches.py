@@ -35,6 +35,7 @@ LAYERS = {
     "tdbg_build_cache_": ("tdbg_build", "tdbg build cache (g++ libraries)"),
 }
 STATES = ("hit", "miss", "bypass")
+DIR_OF = {"inductor_fx_graph": "inductor", "aot_autograd": "inductor", "tdbg_build": "tdbg_build"}   # layer -> its dir
 
 # (pattern on a key component's name, kind of component, how the component is named); first match wins
 COMPONENTS = (
@@ -369,7 +370,8 @@ def explain_caches(request, against: Optional[str] = None) -> tuple:
         verdict = run_script(dataclasses.replace(request, cache_events=path))
         events, dirs = read_events(path)
     section = compare(events, earlier, against or "the first run of this command")
-    section.update(first_run=first, cache_dirs=dirs, lookups=events)
+    used = {DIR_OF[e["layer"]] for e in events}    # a directory no lookup read would only mislead
+    section.update(first_run=first, cache_dirs={k: v for k, v in dirs.items() if k in used}, lookups=events)
     return verdict, section
 
 

@@ -3,6 +3,7 @@ AOTAutograd and tdbg's builds report them: pure data, no run (the end-to-end run
 tests/scenarios/test_caches_real.py)."""
 import json
 import logging
+import os
 
 import pytest
 
@@ -155,3 +156,34 @@ def test_load_saved_refuses_other_documents(tmp_path, content, words):
         caches.load_saved(str(p))
     with pytest.raises(ValueError, match="cannot read --against"):
         caches.load_saved(str(tmp_path / "missing.json"))
+
+
+def test_html_section_has_one_row_per_lookup():
+    from tdbg.minifier.artifacts.report.sections import caches_section
+    first = with_components(key="k1")
+    section = caches.compare([with_components({"inductor_config[size_asserts]": "False"}, key="k2"),
+                              with_components(key="k1", state="hit", part="backward")], [first], "a.json")
+    section.update(first_run=None, cache_dirs={"inductor": "/tmp/c"})
+    html = caches_section({"document": {"schema": "tdbg.explain", "caches": section}})
+    assert html.count("<tr>") == 3          # the header and two lookups
+    assert ('<td>Inductor FX graph cache (forward)</td><td><span class="bad">miss</span></td>'
+            "<td>torch._inductor.config.size_asserts changed True -&gt; False</td><td>0/0</td>") in html
+    assert '<span class="good">hit</span>' in html and "<dd>/tmp/c</dd>" in html
+    assert caches_section({"document": {"schema": "tdbg.explain"}}) is None
+
+
+def test_cli_refuses_an_against_file_that_is_no_caches_document_before_any_run(tmp_path):
+    import subprocess
+    import sys
+
+    from tdbg.cli.console import exit_code
+    bad = tmp_path / "run.json"
+    bad.write_text('{"schema": "tdbg.run", "version": 2}')
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", "explain", "--against", str(bad), "--backend",
+                           "eager", "tests/scenarios/scripts/caches_config.py", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="300"))
+    assert proc.returncode == exit_code("bad_input"), proc.stderr
+    assert "is not the --json document of a `tdbg explain --caches` run" in proc.stderr
+    assert "grad sum" not in proc.stdout + proc.stderr          # the script never ran
+    assert json.loads(out.read_text())["cause"] == "bad_input"
