@@ -227,6 +227,9 @@ def _detail(kind: str, what: str, old: Optional[str], new: Optional[str]) -> str
         return f"{what} changed"
     if kind == "graph code":
         return _code_change(old, new)
+    if kind == "kernel source":     # "N kernel(s), sha256 X (cached)": the digests say it
+        digests = [m.group(1) if m else v for v, m in ((v, re.search(r"sha256 (\w+)", v)) for v in (old, new))]
+        return f"{what} changed (sha256 {digests[0]} -> {digests[1]})"
     if kind == "input metadata":
         changed = _field_changes(old, new)
         if changed:

@@ -97,10 +97,12 @@ def test_a_new_graph_has_nothing_to_compare_with_and_totals_count_per_layer():
 
 
 def test_tdbg_build_components_name_the_toolchain_and_kernel_source():
-    a = lookup(layer="tdbg_build", key="a", part=None, **{"toolchain[cxx_flags]": "-O3", "unit[cpp_k0]": "s1"})
-    b = lookup(layer="tdbg_build", key="b", part=None, **{"toolchain[cxx_flags]": "-O2", "unit[cpp_k0]": "s2"})
+    a = lookup(layer="tdbg_build", key="a", part=None, **{"toolchain[cxx_flags]": "-O3",
+                                                          "unit[cpp_k0]": "1 kernel(s), sha256 d1c5 (cached)"})
+    b = lookup(layer="tdbg_build", key="b", part=None, **{"toolchain[cxx_flags]": "-O2",
+                                                          "unit[cpp_k0]": "1 kernel(s), sha256 9dcf (built)"})
     assert [d["detail"] for d in caches.compare([b], [a], "x")["graphs"][0]["lookups"][0]["differences"]] == [
-        "g++ toolchain: cxx_flags changed -O3 -> -O2", "C++ source of cpp_k0 changed s1 -> s2"]
+        "g++ toolchain: cxx_flags changed -O3 -> -O2", "C++ source of cpp_k0 changed (sha256 d1c5 -> 9dcf)"]
 
 
 def test_recorder_writes_lookups_with_frame_and_part(tmp_path):
@@ -187,3 +189,27 @@ def test_cli_refuses_an_against_file_that_is_no_caches_document_before_any_run(t
     assert "is not the --json document of a `tdbg explain --caches` run" in proc.stderr
     assert "grad sum" not in proc.stdout + proc.stderr          # the script never ran
     assert json.loads(out.read_text())["cause"] == "bad_input"
+
+
+def test_tdbg_builds_report_their_lookup_with_its_key_components(tmp_path):
+    from tdbg.compiler import build, config
+    from tdbg.compiler.torch_compat import trace_log
+    rec = caches.CacheRecorder(str(tmp_path / "ev.jsonl"))
+    rec.dirs = {}
+    trace_log.addHandler(rec)
+    try:
+        cfg = config.current()
+        units = [("cpp_a", "src a", ["cpp_a"]), ("cpp_b", "src b", ["cpp_b"])]
+        build._trace_lookup(cfg, units, [units[1]])
+        build._trace_lookup(cfg, units, [])
+    finally:
+        trace_log.removeHandler(rec)
+    events, _ = caches.read_events(str(tmp_path / "ev.jsonl"))
+    assert [e["state"] for e in events] == ["miss", "hit"] and {e["layer"] for e in events} == {"tdbg_build"}
+    names = [n for n, _, _ in events[0]["components"]]
+    assert names == ["toolchain[cxx]", "toolchain[cxx_flags]", "toolchain[link_libs]", "toolchain[compiler_version]",
+                     "toolchain[headers]", "toolchain[machine]", "unit[cpp_a]", "unit[cpp_b]"]
+    values = {n: v for n, _, v in events[0]["components"]}
+    assert values["toolchain[cxx]"] == cfg.cxx and values["toolchain[cxx_flags]"] == " ".join(cfg.cxx_flags)
+    assert values["unit[cpp_b]"].endswith("(built)") and values["unit[cpp_a]"].endswith("(cached)")
+    assert events[0]["key"] == events[1]["key"]      # the key covers what is built, not whether it was cached
