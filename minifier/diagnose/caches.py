@@ -146,10 +146,9 @@ class CacheRecorder(logging.Handler):
 
 
 def _part(layer: str, info: dict, components: list) -> Optional[str]:
-    """forward, backward or inference for an Inductor graph (its compile_fx options say), the
-    payload's own `part` for tdbg's builds, None for AOTAutograd (one lookup per Dynamo graph)."""
-    if layer == "tdbg_build":
-        return info.get("part")
+    """forward, backward or inference for an Inductor graph (its compile_fx options say); None for
+    AOTAutograd (one lookup per Dynamo graph) and for tdbg's builds (build.py does not know the part:
+    a graph's builds come in compile order, forward first)."""
     if layer != "inductor_fx_graph":
         return None
     opts = {n: v for n, _, v in components}
