@@ -23,9 +23,17 @@ JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
 @click.option("--break-at", metavar="FILE:LINE",
               help="Stop in pdb inside each graph's Python code at the ops of that user line "
                    "(--backend eager or aot_eager).")
+@click.option("--caches", is_flag=True,
+              help="Run the script twice (fresh processes, same cache directories) and say, per graph of the "
+                   "second run, whether Inductor's FX graph cache, the AOTAutograd cache and tdbg's build cache "
+                   "hit, missed or were bypassed, and for a miss which key component changed.")
+@click.option("--against", "against", type=click.Path(dir_okay=False), metavar="SAVED.json",
+              help="With --caches (implied): run once and compare its cache lookups with those of an earlier "
+                   "`tdbg explain --caches --json SAVED.json` run instead of a first run.")
 @common.timeout_option(None)
 @common.json_option
-def explain(script, args, backend, max_graph_breaks, max_recompiles, code_frame, break_at, timeout, json_path):
+def explain(script, args, backend, max_graph_breaks, max_recompiles, code_frame, break_at, caches, against, timeout,
+            json_path):
     """Run SCRIPT (ARGS after --) under --backend and explain what Dynamo did with it.
 
     Per compiled function: graph count, ops per graph and the user lines they come from, graph
@@ -50,12 +58,23 @@ def explain(script, args, backend, max_graph_breaks, max_recompiles, code_frame,
     from tdbg.minifier.diagnose.explain import build_report, exceeded
     from tdbg.cli.report import traces_for_page_only
     from tdbg.minifier.runs.runner import RunRequest, run_script
-    with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
-        verdict = run_script(RunRequest(script=script, argv=list(args), backend=backend,
-                                        timeout=timeout, stdout_to_stderr=json_path == "-",
-                                        quiet_compiler_log=traces_for_page_only(),
-                                        code_view=code_frame is not None, break_at=break_at))
+    request = RunRequest(script=script, argv=list(args), backend=backend, timeout=timeout,
+                         stdout_to_stderr=json_path == "-", quiet_compiler_log=traces_for_page_only(),
+                         code_view=code_frame is not None, break_at=break_at)
+    cache_report = None
+    if caches or against:
+        from tdbg.minifier.diagnose.caches import explain_caches
+        with doing(f"the cache runs of {script} with backend {common.backend_label(backend)}"):
+            try:
+                verdict, cache_report = explain_caches(request, against)
+            except ValueError as e:
+                fail(str(e), "bad_input")
+    else:
+        with doing(f"the run of {script} with backend {common.backend_label(backend)}"):
+            verdict = run_script(request)
     report = build_report(verdict)
+    if cache_report is not None:
+        report["caches"] = cache_report
     problems = exceeded(report, max_graph_breaks, max_recompiles)
     code = _exit(verdict, problems, script)
     render(report, verdict, problems, script, backend)
@@ -113,6 +132,8 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
         err = verdict.get("error") or {}
         c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
                 f"{escape(str(err.get('message', '')))}")
+    if report.get("caches") is not None:
+        render_caches(c, report["caches"])
     for problem in problems:
         c.print(f"[bold red]THRESHOLD EXCEEDED:[/] {escape(problem)}")
 
@@ -156,3 +177,30 @@ def _render_function(c, fn: dict) -> None:
             c.print(f"      also: {escape(other)}")
         if r["suggestion"]:
             c.print(f"      fix: {escape(r['suggestion'])}")
+
+
+_STATE_STYLE = {"hit": "green", "miss": "bold yellow", "bypass": "bold red"}
+
+
+def render_caches(c, section: dict) -> None:
+    """explain --caches: per graph of the compared run, each cache lookup and why it missed."""
+    from rich.markup import escape
+
+    from tdbg.minifier.diagnose.caches import summary_words
+    first = section.get("first_run")
+    against = section["against"] + (f" ({first['status']}, {first['duration_s']} s)" if first else "")
+    c.print(f"\n[bold]Caches[/] of this run, compared with {escape(against)}:")
+    for key, words in (("inductor", "Inductor cache dir"), ("tdbg_build", "tdbg build cache dir")):
+        if (section.get("cache_dirs") or {}).get(key):
+            c.print(f"  {words}: {escape(section['cache_dirs'][key])}")
+    c.print("  " + escape("; ".join(summary_words(section)) or "no compile-cache lookup (nothing was compiled "
+                                                               "by a backend with a cache)"))
+    for g in section["graphs"]:
+        c.print(f"  graph {escape(str(g['compile_id']))}" + (f" {escape(g['frame'])}" if g.get("frame") else "") + ":")
+        for row in g["lookups"]:
+            part = f" ({row['part']})" if row.get("part") else ""
+            style = _STATE_STYLE[row["state"]]
+            c.print(f"    {escape(row['layer_words'] + part)}: [{style}]{row['state']}[/]")
+            if row.get("why"):
+                vs = f" [dim](vs {escape(str(row['compared_with']))})[/]" if row.get("compared_with") else ""
+                c.print(f"      why: {escape(row['why'])}{vs}")

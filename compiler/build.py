@@ -36,6 +36,7 @@ import os
 import platform
 import stat
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -137,13 +138,43 @@ def include_dir(cache_dir: str) -> str:
     return _include_dirs[key]
 
 
+def _toolchain_parts(config) -> tuple:
+    """(name, text) of each thing besides the source that determines a library: compiler, flags,
+    headers, CPU. The cache key hashes the texts; explain --caches names the one that changed."""
+    return (("cxx", config.cxx), ("cxx_flags", "\0".join(config.cxx_flags)), ("link_libs", "\0".join(config.link_libs)),
+            ("compiler_version", compiler_version(config.cxx)), ("headers", _header_files()[0]),
+            ("machine", platform.machine()))
+
+
 def _toolchain_digest(config) -> str:
-    """Hash of what, besides the source, determines a library: compiler, flags, headers, CPU."""
+    """Hash of what, besides the source, determines a library (_toolchain_parts)."""
     h = hashlib.sha256()
-    for part in (config.cxx, "\0".join(config.cxx_flags), "\0".join(config.link_libs), compiler_version(config.cxx),
-                 _header_files()[0], platform.machine()):
+    for _, part in _toolchain_parts(config):
         h.update(part.encode() + b"\0\1")
     return h.hexdigest()
+
+
+def _trace_lookup(config, units: list, misses: list) -> None:
+    """Under a structured-trace handler (TORCH_TRACE, explain --caches), one artifact for this
+    build's cache lookup, shaped as Inductor's FX graph cache reports its own: `tdbg_build_cache_hit`
+    (every unit cached) or `_miss`, with the key components as `[hash] name: value` lines."""
+    if "torch._logging" not in sys.modules:     # no torch loaded: nobody can be tracing
+        return
+    from .torch_compat import trace_log, trace_structured
+    if not trace_log.handlers:
+        return
+
+    def line(name: str, text: str, shown: str) -> str:
+        return f"[{hashlib.sha256(text.encode()).hexdigest()[:20]}] {name}: {shown}"
+    components = [line(f"toolchain[{n}]", t, t.replace("\0", " ")) for n, t in _toolchain_parts(config)]
+    missed = {name for name, _, _ in misses}
+    components += [line(f"unit[{name}]", src, f"{len(members)} kernel(s), sha256 {hashlib.sha256(src.encode()).hexdigest()[:16]}"
+                        + (" (built)" if name in missed else " (cached)")) for name, src, members in units]
+    state = "miss" if misses else "hit"
+    key = hashlib.sha256("\0".join(sorted(c.partition(" ")[0] for c in components)).encode()).hexdigest()
+    trace_structured("artifact", metadata_fn=lambda: {"name": f"tdbg_build_cache_{state}", "encoding": "json"},
+                     payload_fn=lambda: json.dumps({"cache_state": state, "key": key, "components": components,
+                                                    "units": len(units), "built": len(misses)}))
 
 
 def cache_key(source: str, config, toolchain: Optional[str] = None) -> str:
@@ -418,6 +449,7 @@ def build_kernels(sources: dict, config) -> dict:
             result.update(dict.fromkeys(members, lib_path))
         else:
             misses.append((name, source, members))
+    _trace_lookup(config, units, misses)
     if misses:
         log.info("compiling %d kernel(s) in %d unit(s) with %s (%d cached)", sum(len(m) for *_, m in misses),
                  len(misses), config.cxx, len(result))

@@ -31,6 +31,10 @@ ENTRIES = Table([
       "torch's compiler bisector, driven by tdbg bisect's probes"),
     E("cpu_vec_isa", "torch._inductor.cpu_vec_isa", None, "Inductor's CPU vector-ISA probe, run once per server"),
     E("inductor_exc", "torch._inductor.exc", None, "recognizing Inductor's C++ compile errors (stage cpp_build)"),
+    E("autograd_cache_log", "torch._functorch._aot_autograd.autograd_cache", "log",
+      "explain --caches: AOTAutograd computes its cache key's components only when this logger is at DEBUG"),
+    E("inductor_cache_dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir",
+      "explain --caches names the cache directory Inductor's FX graph and AOTAutograd caches used"),
     E("cpp_codegen", "torch._inductor.codegen.cpp", None,
       "the FX nodes of each C++ kernel Inductor generates (a kernel that does not compile names its user lines)"),
 ])

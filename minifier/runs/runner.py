@@ -74,6 +74,7 @@ class RunRequest:
     stage_check: Optional[dict] = None
     code_view: bool = False              # verdict["code_frames"]: diagnose/code_view.CodeRecorder.collect()
     break_at: Optional[str] = None       # "FILE:LINE": stop in pdb in each graph's code at that line (graph_pdb.py)
+    cache_events: Optional[str] = None   # a JSON-lines file: every compile-cache lookup (diagnose/caches.py)
     check_determinism: bool = False      # each graph's first call run twice, compiled and eager (determinism.py)
     # the compiler's debug traces were switched on for a report (--html), not by the user: its
     # `compiler` log channel (which config.debug turns on) stays quiet unless config.logs names it
@@ -326,6 +327,9 @@ def _child(spec: dict) -> dict:
     if spec["torch_logs"]:
         from tdbg.compiler.torch_compat import set_logs
         set_logs(**spec["torch_logs"])
+    if spec.get("cache_events"):
+        from tdbg.minifier.diagnose.caches import CacheRecorder
+        CacheRecorder(spec["cache_events"]).install()
     if spec.get("save_io") and repro:
         return _bad_input("--save-io cannot be combined with repro dumping (--repro-after, TDBG_REPRO_AFTER): "
                           "both hook the backend's compiler; run them separately.")

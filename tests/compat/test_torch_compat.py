@@ -401,6 +401,34 @@ def _check_cache_entries(fn):
         torch.compiler.reset()
 
 
+def _check_autograd_cache_log(log):
+    # explain --caches: AOTAutograd computes its key's debug lines only when this logger is at DEBUG,
+    # and reports each lookup as an `aotautograd_cache_<state>` artifact with `components`
+    import logging
+    mod = importlib.import_module(inductor_hooks.ENTRIES.entries["autograd_cache_log"].module)
+    assert isinstance(log, logging.Logger) and log.name == mod.__name__
+    source = inspect.getsource(mod)
+    assert "isEnabledFor(logging.DEBUG)" in source and 'f"aotautograd_cache_{cache_state}"' in source
+    assert '"components": debug_lines' in source
+    # Inductor's FX graph cache: `fx_graph_cache_<state>` artifacts whose payload has the key's components
+    assert 'f"fx_graph_cache_{cache_state}"' in inspect.getsource(importlib.import_module("torch._inductor.compile_fx"))
+    assert '"components": debug_lines' in inspect.getsource(importlib.import_module("torch._inductor.codecache"))
+
+
+def _check_inductor_cache_dir(cache_dir):
+    import tempfile
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "c")
+        try:
+            assert cache_dir() == os.path.join(tmp, "c")
+        finally:
+            if saved is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
+
+
 CHECKS = {
     "dynamo_cache_entries": _check_cache_entries,
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
@@ -428,6 +456,7 @@ CHECKS = {
     "TorchCompileInductorWrapper": _check_torch_compile_inductor_wrapper,
     "inductor_config": _check_inductor_config, "compiler_bisector": _check_compiler_bisector,
     "cpu_vec_isa": _check_cpu_vec_isa, "inductor_exc": _check_inductor_exc, "cpp_codegen": _check_cpp_codegen,
+    "autograd_cache_log": _check_autograd_cache_log, "inductor_cache_dir": _check_inductor_cache_dir,
 }
 NEEDS_DYNAMO_RUN = {"CompileContext", "TracingContext", "InstructionTranslator", "compile_context"}
 ENTRY_IDS = [(t, n) for t, table in TABLES.items() for n in table.entries]

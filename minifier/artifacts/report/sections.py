@@ -264,6 +264,23 @@ def _explain_graphs(report: dict) -> str:
     return "".join(parts)
 
 
+def caches_section(ctx: dict):
+    """explain --caches: per graph of the compared run, each cache lookup, its state and why it missed."""
+    c = ctx["document"].get("caches")
+    if not isinstance(c, dict):
+        return None
+    first = c.get("first_run")
+    rows = [(str(g.get("compile_id")), g.get("frame") or "", r["layer_words"] + (f" ({r['part']})" if r.get("part") else ""),
+             ("html", f'<span class="{"good" if r["state"] == "hit" else "bad"}">{h(r["state"])}</span>'),
+             r.get("why") or "", r.get("compared_with") or "")
+            for g in c.get("graphs") or [] for r in g["lookups"]]
+    head = fields([("compared with", c.get("against")), ("first run", first and f"{first['status']}, {first['duration_s']} s"),
+                   *((f"{k} cache dir", v) for k, v in (c.get("cache_dirs") or {}).items())])
+    body = table(["graph", "frame", "cache", "state", "why", "vs"], rows, ident="caches-table") if rows else \
+        '<p class="note">no compile-cache lookup (nothing was compiled by a backend with a cache)</p>'
+    return head + body
+
+
 PANES = (("fx", "FX graph"), ("ir", "loop IR"), ("cpp", "C++"))
 
 
@@ -493,6 +510,7 @@ SECTIONS = (
     ("errors", "Errors per output and node", errors_section),
     ("bisect", "Bisection", bisect_section),
     ("graphs", "Graphs, breaks and recompiles", graphs_section),
+    ("caches", "Compile caches: hits, misses and why", caches_section),
     ("code", "FX code, loop IR and C++", code_section),
     ("dynamo_code", "What Dynamo made of the code", dynamo_code_section),
     ("timings", "Stage timings", timings_section),
