@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from conftest import SCRIPTS
+SCRIPTS = os.path.join("tests", "scenarios", "scripts")   # not `from conftest`: another folder's conftest may hold that name
 from test_repro_exit_codes import run_repro
 
 OUT = tempfile.mkdtemp(prefix="tdbg-after-dynamo-")
