@@ -90,9 +90,11 @@ def render(report, start: str, max_ratio, over: list) -> None:
     for g in report.graphs:
         if g.source:
             c.print(f"graph {g.graph} ({escape(g.frame)}) starts at {escape(g.source)}")
+    for call in report.first_calls():
+        _render_buffers(call)
     diffs = report.differences()
     if diffs:
-        c.print("[bold]largest differences (compiled - eager):[/]")
+        c.print("[bold]largest differences (compiled - eager), first calls:[/]")
         for d in diffs:
             what = DIFFERENCE_WORDS[d["what"]]
             c.print(f"  graph {d['graph']} {d['kind']} call {d['call']}: {what} {d['bytes']:+,} bytes "
@@ -109,3 +111,22 @@ def render(report, start: str, max_ratio, over: list) -> None:
         else:
             c.print(f"within --max-memory-ratio {max_ratio:g}: no measured call's compiled peak exceeds "
                     f"{max_ratio:g}x eager's")
+
+
+BUFFER_ROWS = 5      # buffers shown per side; the JSON keeps memory_buffers.TOP_BUFFERS
+SMALL_BUFFER = 1024  # scalars and shape tensors are left out of the terminal's list
+
+
+def _render_buffers(call) -> None:
+    from rich.markup import escape
+    c = out()
+    for side, peak, rows in (("compiled", call.compiled_peak_bytes, call.compiled_peak_buffers),
+                             ("eager", call.eager_peak_bytes, call.eager_peak_buffers)):
+        rows = [r for r in rows if r["bytes"] >= SMALL_BUFFER][:BUFFER_ROWS]
+        if not rows:
+            continue
+        c.print(f"graph {call.graph} {call.kind} call {call.call}, alive at the {side} peak ({mib(peak)} MiB):")
+        for r in rows:
+            made = ", ".join(r["made_by"]) or "-"
+            c.print(f"  {mib(r['bytes']):>8} MiB  {escape(r['name'] or '(no local)'):<10} {escape(r['op'] or '-'):<20} "
+                    f"made by {escape(made)}" + (f"  <- {escape(r['source'])}" if r["source"] else ""))

@@ -50,6 +50,7 @@ class Trace:
     for allocations made during the call and frees of those allocations, in time order."""
     events: list
     duration_ns: int
+    ops: list = field(default_factory=list)   # per event: the outermost aten op it happened under
 
     def curve(self) -> list:
         """Live bytes after each event (starting from 0 = what was live before the call)."""
@@ -105,9 +106,12 @@ class Busy(RuntimeError):
 _active = [False]
 
 
-def track(fn: Callable) -> tuple:
+def track(fn: Callable, names: Optional[dict] = None) -> tuple:
     """(fn(), Trace) — `fn` run with the CPU allocator's events recorded (see the module docstring).
-    Raises Busy when the profiler is already on; `fn`'s own exception passes through."""
+    With `names` (a dict), memory_buffers.LocalNames fills it while `fn` runs: storage ptr ->
+    (local name, file) in generated graph code. Raises Busy when the profiler is already on;
+    `fn`'s own exception passes through."""
+    from tdbg.minifier.diagnose.memory_buffers import LocalNames
     import time
 
     from torch.autograd import profiler as autograd_profiler
@@ -121,31 +125,40 @@ def track(fn: Callable) -> tuple:
             prof.start()
             try:
                 begin = time.perf_counter_ns()
-                result = fn()
+                if names is None:
+                    result = fn()
+                else:
+                    with LocalNames() as local:
+                        result = fn()
+                    names.update(local.first)
                 duration = time.perf_counter_ns() - begin
             finally:
                 prof.stop()
     finally:
         _active[0] = False
-    return result, Trace(_allocations(prof), duration)
+    events, ops = _allocations(prof)
+    return result, Trace(events, duration, ops)
 
 
-def _allocations(prof) -> list:
-    """(ns from the first event, delta, ptr) of allocations and of frees of those, in time order."""
+def _allocations(prof) -> tuple:
+    """([(ns from the first event, delta, ptr)] of allocations and of frees of those, in time
+    order; ptr -> the outermost aten op each allocation happened under)."""
     raw = []
 
-    def walk(node):
+    def walk(node, op):
         extra = node.extra_fields
+        if op is None and node.name.startswith("aten::"):
+            op = node.name
         if type(extra).__name__ == "_ExtraFields_Allocation" and extra.alloc_size:
-            raw.append((node.start_time_ns, len(raw), extra.alloc_size, extra.ptr))
+            raw.append((node.start_time_ns, len(raw), extra.alloc_size, extra.ptr, op))
         for child in node.children:
-            walk(child)
+            walk(child, op)
     for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
+        walk(root, None)
     raw.sort()
     seen: set = set()
-    events = []
-    for t, _, delta, ptr in raw:
+    events, ops = [], []
+    for t, _, delta, ptr, op in raw:
         if delta > 0:
             seen.add(ptr)
         elif ptr not in seen:   # memory allocated before the call: not this call's
@@ -153,8 +166,9 @@ def _allocations(prof) -> list:
         else:
             seen.discard(ptr)
         events.append((t, delta, ptr))
+        ops.append(op)
     t0 = events[0][0] if events else 0
-    return [(t - t0, d, p) for t, d, p in events]
+    return [(t - t0, d, p) for t, d, p in events], ops
 
 
 @contextlib.contextmanager
@@ -196,6 +210,9 @@ class CallMemory:
     # (its saved-tensor pack hook), inputs' own storage left out (it is alive anyway)
     eager_saved_bytes: Optional[int] = None
     compiled_saved_bytes: Optional[int] = None
+    # the largest buffers alive at each side's peak (memory_buffers.peak_buffers rows)
+    eager_peak_buffers: list = field(default_factory=list)
+    compiled_peak_buffers: list = field(default_factory=list)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -238,6 +255,9 @@ class GraphMemory:
     frame: str
     source: Optional[str]           # its first user line, "file:line  code"
     has_backward_graph: bool = False
+    # AOT kind -> (its aten graph's untouched copy, what the backend compiled it to): names the
+    # compiled code's buffers (memory_buffers.Namer)
+    aot: dict = field(default_factory=dict, repr=False)
     calls: list = field(default_factory=list)     # CallMemory
     skipped: list = field(default_factory=list)   # {"kind", "call", "reason"}
 
@@ -254,10 +274,19 @@ class MemoryReport:
     def all_calls(self) -> list:
         return [c for g in self.graphs for c in g.calls]
 
-    def differences(self, limit: int = 5) -> list:
-        """The largest compiled-minus-eager differences, peak and kept bytes, largest first."""
-        rows = []
+    def first_calls(self) -> list:
+        """The first measured call of each graph and kind: the whole footprint (later calls may
+        reuse storage a pool kept)."""
+        firsts: dict = {}
         for c in self.all_calls():
+            firsts.setdefault((c.graph, c.kind), c)
+        return list(firsts.values())
+
+    def differences(self, limit: int = 5) -> list:
+        """The largest compiled-minus-eager differences of the first calls (peak, saved for
+        backward, held after the call), largest first."""
+        rows = []
+        for c in self.first_calls():
             if c.eager_peak_bytes is None:
                 continue
             rows.append({"graph": c.graph, "kind": c.kind, "call": c.call, "what": "peak",
@@ -279,7 +308,9 @@ class MemoryReport:
     def to_dict(self) -> dict:
         return {"script": self.script, "backend": self.backend, "method": self.method,
                 "calls_measured": self.calls_measured,
-                "graphs": [dict(dataclasses.asdict(g), calls=[c.to_dict() for c in g.calls]) for g in self.graphs],
+                "graphs": [{"graph": g.graph, "frame": g.frame, "source": g.source,
+                            "has_backward_graph": g.has_backward_graph, "calls": [c.to_dict() for c in g.calls],
+                            "skipped": g.skipped} for g in self.graphs],
                 "differences": self.differences(), "notes": self.notes}
 
 
@@ -364,11 +395,13 @@ class MemoryRecorder:
         return record
 
     def _aot_hook(self, record: GraphMemory, gm, example_inputs, kind: str, compile_one):
-        if kind != "backward":   # forward and inference are measured whole, at the Dynamo graph
-            return compile_one(gm, example_inputs)
         from tdbg.minifier.diagnose.checks import snapshot
         snap = snapshot(gm)
-        return self._measured(compile_one(gm, example_inputs), snap, record, "backward")
+        compiled = compile_one(gm, example_inputs)
+        record.aot[kind] = (snap, compiled)
+        if kind != "backward":   # forward and inference are measured whole, at the Dynamo graph
+            return compiled
+        return self._measured(compiled, snap, record, "backward")
 
     def _measured(self, compiled, snap, record: GraphMemory, kind: Optional[str]):
         counts: dict = {}
@@ -385,7 +418,11 @@ class MemoryRecorder:
 
     def _measure_call(self, compiled, snap, record: GraphMemory, kind: str, call: int, args):
         import torch
+
+        from tdbg.minifier.diagnose.memory_buffers import Namer, peak_buffers
         eager, eager_error = None, None
+        eager_names: dict = {}
+        compiled_names: dict = {}
         eager_saved: dict = {}
         compiled_saved: dict = {}
         rng = torch.get_rng_state()
@@ -393,7 +430,7 @@ class MemoryRecorder:
             clones = _grad_clones(args) if kind == "forward" else [
                 a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
             with torch.set_grad_enabled(kind == "forward"), saved_storages(clones, eager_saved):
-                result, trace = track(lambda: snap(*clones))
+                result, trace = track(lambda: snap(*clones), eager_names)
             eager = (trace, output_bytes(result, trace.live_at_end()))
             del result, clones
         except Busy as e:
@@ -405,11 +442,12 @@ class MemoryRecorder:
             torch.set_rng_state(rng)
         try:
             with saved_storages(args, compiled_saved):
-                actual, trace = track(lambda: compiled(*args))
+                actual, trace = track(lambda: compiled(*args), compiled_names)
         except Busy as e:
             record.skipped.append({"kind": kind, "call": call, "reason": str(e)})
             return compiled(*args)
         e_trace, e_out = eager if eager else (None, None)
+        aten_snap, aten_compiled = record.aot.get(kind, (snap, None))
         record.calls.append(CallMemory(
             record.graph, kind, call,
             eager_peak_bytes=e_trace.peak if e_trace else None, compiled_peak_bytes=trace.peak,
@@ -419,7 +457,9 @@ class MemoryRecorder:
             eager_error=eager_error,
             eager_saved_bytes=sum(eager_saved.values()) if kind == "forward" and eager else None,
             compiled_saved_bytes=sum(compiled_saved.values()) if kind == "forward" else None,
-            compiled_reused_bytes=reused_bytes(actual, trace.live_at_end(), args)))
+            compiled_reused_bytes=reused_bytes(actual, trace.live_at_end(), args),
+            eager_peak_buffers=peak_buffers(e_trace, eager_names, Namer(snap)) if e_trace else [],
+            compiled_peak_buffers=peak_buffers(trace, compiled_names, Namer(aten_snap, aten_compiled))))
         return actual
 
 

@@ -77,6 +77,9 @@ def test_a_backend_holding_an_extra_copy_peaks_one_input_higher(tmp_path):
     assert MB4 <= c["eager_peak_bytes"] <= MB4 + SMALL
     assert c["compiled_peak_bytes"] - c["eager_peak_bytes"] == MB4
     assert c["compiled_end_bytes"] == c["compiled_output_bytes"] == MB4
+    # the backend's copy is no graph node: the allocating op names it
+    big = [(b["name"], b["op"]) for b in c["compiled_peak_buffers"] if b["bytes"] == MB4]
+    assert sorted(big, key=lambda b: b[1]) == [(None, "aten::clone"), ("mul", "aten::mul")]
     assert doc["over_ratio"] == [{"graph": 0, "kind": "inference", "call": 1, "ratio": c["ratio"]}]
     assert doc["exit_code"] == exit_code("threshold") and doc["max_memory_ratio"] == 1.5
     assert "OVER --max-memory-ratio 1.5: 1 call(s)" in result.output
@@ -92,6 +95,15 @@ def test_tdbg_fuses_a_pointwise_chain_that_eager_materializes(tmp_path):
     # the script drops each result: tdbg's output pool hands call 1's storage to call 2
     assert second["compiled_peak_bytes"] <= SMALL and second["compiled_reused_bytes"] == MB4
     assert any("reuses storage kept from earlier calls" in n for n in doc["notes"])
+    # at eager's peak: `x * 2` and `+ 1`, each with its line; at tdbg's: the fused kernel's one buffer
+    script = os.path.join(SCRIPTS, "memory_chain.py")
+    assert [(b["name"], b["op"], b["bytes"], b["source"]) for b in first["eager_peak_buffers"][:2]] == [
+        ("y", "aten::mul", MB4, f"{script}:13 in chain: y = x * 2"),
+        ("y_1", "aten::add", MB4, f"{script}:14 in chain: y = y + 1")]
+    [buf] = [b for b in first["compiled_peak_buffers"] if b["bytes"] >= 1024]
+    assert (buf["name"], buf["bytes"]) == ("buf0", MB4)
+    assert {"mul", "add", "sin", "mul_1", "sub"} == set(buf["made_by"])
+    assert buf["source"].startswith(f"{script}:1")   # one of the chain's lines (13-17)
     assert "within --max-memory-ratio 0.6" in result.output
 
 
