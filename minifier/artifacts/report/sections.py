@@ -391,6 +391,12 @@ def memory_section(ctx: dict):
         parts.append(f"<h3>graph {h(c['graph'])} {h(c['kind'])}, call {h(c['call'])}: live KiB over the call</h3>"
                      + line_chart(series, xs, x_label="% of the call's duration",
                                   ident=f"memory-{c['graph']}-{c['kind']}-{c['call']}"))
+        rows = [(side, _mib(b["bytes"]), b.get("name") or "-", b.get("op") or "-", ", ".join(b.get("made_by") or []),
+                 b.get("source") or "") for side in ("compiled", "eager") for b in c.get(f"{side}_peak_buffers") or []
+                if b["bytes"] >= 1024]
+        if rows:
+            parts.append(table(["alive at the peak of", "MiB", "name", "allocated by", "made by", "user line"], rows,
+                               numeric=(1,), ident=f"memory-buffers-{c['graph']}-{c['kind']}-{c['call']}"))
     for note in doc.get("notes") or []:
         parts.append(f"<p class=\"note\">{h(note)}</p>")
     if doc.get("method"):
