@@ -30,7 +30,7 @@ EXIT_CODES = {
     "crash": (17, "a process died from a signal (segfault, abort) or passed its memory limit"),
     "timeout": (18, "a run took longer than its timeout"),
     "backend": (19, "a backend failed in a way no more precise stage describes"),
-    "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, ...)"),
+    "threshold": (20, "a CI threshold was exceeded (graph breaks, recompiles, memory --max-memory-ratio, ...)"),
     "not_reproduced": (21, "the failure did not happen, or did not happen the same way twice"),
     "changed": (22, "tdbg diff: a graph's structure or outputs changed beyond tolerance between the two runs"),
     "nondeterministic": (24, "tdbg run --check-determinism: a compiled graph gave different bits on two runs of the "

@@ -30,6 +30,7 @@ COMMANDS = {
     "diff": ("tdbg.cli.diff:diff", "Compare two `run --save-io` folders: changed graphs, outputs, timings."),
     "report": ("tdbg.cli.report:report", "Write the HTML report of an existing debug, run or minify folder."),
     "compare": ("tdbg.cli.compare:compare", "Find the first FX node whose compiled value diverges from eager."),
+    "memory": ("tdbg.cli.memory:memory", "Measure each compiled graph's peak memory against eager's, per call."),
 }
 
 

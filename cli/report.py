@@ -23,12 +23,13 @@ from tdbg.cli.console import doing, err, exit_codes_help, fail
 # commands with --html -> how the debug traces are obtained ("env": the command's own compiles
 # write them; "rerun": one run of the failing configuration after the command)
 # (compare's own compiles realize every node: not the graph the user runs, so none are traced)
-HTML_COMMANDS = {"run": "env", "bisect": "rerun", "minify": None, "explain": "env", "profile": "env", "compare": None}
+HTML_COMMANDS = {"run": "env", "bisect": "rerun", "minify": None, "explain": "env", "profile": "env", "compare": None,
+                 "memory": None}
 # command -> prefixes of the line the command prints as its verdict (the page's headline);
 # None: the first line it printed; a function: the prefixes from the command's document
 HEADLINES = {"run": ("FAILED ", "OK "), "bisect": ("Verdict: ",),
              "minify": ("Minified ", "Not reproduced: ", "Flaky: ", "error: "), "explain": None, "profile": None,
-             "compare": lambda doc: (doc.get("message") or "",)}
+             "compare": lambda doc: (doc.get("message") or "",), "memory": ("OVER ", "within ")}
 DEBUG_SUBDIR = "debug"
 TRACE_ENV = ("TDBG_COMPILE_DEBUG", "TDBG_DEBUG_DIR")   # set while an "env" command runs
 _tracing = False    # an "env" command's report is running: the traces are on for the page only

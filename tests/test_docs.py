@@ -37,6 +37,7 @@ DOC_PAGES = {
     "diff": "replay-diff.md",
     "report": "report.md",
     "compare": "compare.md",
+    "memory": "memory.md",
 }
 
 FENCE = re.compile(r"^(```|~~~)")

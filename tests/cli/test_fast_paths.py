@@ -69,7 +69,7 @@ def test_environment_check_is_torch_free():
 
 
 # every command that runs a script: --backend defaults to the script's own (the same everywhere)
-SCRIPT_COMMANDS = ("run", "bisect", "minify", "explain", "profile", "compare")
+SCRIPT_COMMANDS = ("run", "bisect", "minify", "explain", "profile", "compare", "memory")
 
 
 @pytest.mark.parametrize("command", SCRIPT_COMMANDS)

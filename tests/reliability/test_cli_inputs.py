@@ -13,7 +13,7 @@ from tdbg.cli.console import EXIT_CODES, exit_code, verdict_exit_code
 from tdbg.cli.main import cli
 
 SCRIPT = "examples/foo2.py"
-COMMANDS = ("run", "bisect", "minify", "explain", "profile")
+COMMANDS = ("run", "bisect", "minify", "explain", "profile", "memory")
 
 
 def _invoke(args, env=None):

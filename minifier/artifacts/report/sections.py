@@ -97,7 +97,8 @@ def _compare_verdict(doc: dict) -> dict:
 
 VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
             "tdbg.minify": _minify_verdict,
-            "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict}
+            "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict,
+            "tdbg.memory": lambda doc: {"ok": doc.get("exit_code") == 0, "message": doc.get("error")}}
 
 
 def verdict_fields(doc: dict) -> dict:
@@ -388,6 +389,47 @@ def profile_section(ctx: dict):
     return "".join(parts)
 
 
+MEMORY_CHARTS = 12   # live-bytes charts drawn at most (one per measured call, in call order)
+
+
+def memory_section(ctx: dict):
+    """tdbg memory: peaks per graph and call, then live bytes over each call, eager vs compiled."""
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.memory" or doc.get("status") == "error":
+        return None
+    calls = [c for g in doc.get("graphs") or [] for c in g.get("calls") or []]
+    parts = [table(["graph", "kind", "call", "eager peak MiB", "compiled peak MiB", "ratio", "eager saved MiB",
+                    "compiled saved MiB"],
+                   [(c["graph"], c["kind"], c["call"], _mib(c.get("eager_peak_bytes")), _mib(c["compiled_peak_bytes"]),
+                     "-" if c.get("ratio") is None else f"{c['ratio']:.2f}x", _mib(c.get("eager_saved_bytes")),
+                     _mib(c.get("compiled_saved_bytes"))) for c in calls], numeric=(2, 3, 4, 5, 6, 7),
+                   ident="memory-calls")]
+    for c in calls[:MEMORY_CHARTS]:
+        series = {"compiled": ("#c0392b", [v // 1024 for v in c.get("compiled_curve") or []])}
+        if c.get("eager_curve"):
+            series["eager"] = ("#2471a3", [v // 1024 for v in c["eager_curve"]])
+        points = max(len(v) for _, v in series.values())
+        xs = [round(100 * k / max(points - 1, 1)) for k in range(points)]
+        parts.append(f"<h3>graph {h(c['graph'])} {h(c['kind'])}, call {h(c['call'])}: live KiB over the call</h3>"
+                     + line_chart(series, xs, x_label="% of the call's duration",
+                                  ident=f"memory-{c['graph']}-{c['kind']}-{c['call']}"))
+        rows = [(side, _mib(b["bytes"]), b.get("name") or "-", b.get("op") or "-", ", ".join(b.get("made_by") or []),
+                 b.get("source") or "") for side in ("compiled", "eager") for b in c.get(f"{side}_peak_buffers") or []
+                if b["bytes"] >= 1024]
+        if rows:
+            parts.append(table(["alive at the peak of", "MiB", "name", "allocated by", "made by", "user line"], rows,
+                               numeric=(1,), ident=f"memory-buffers-{c['graph']}-{c['kind']}-{c['call']}"))
+    for note in doc.get("notes") or []:
+        parts.append(f"<p class=\"note\">{h(note)}</p>")
+    if doc.get("method"):
+        parts.append(f"<p class=\"note\">{h(doc['method'])}</p>")
+    return "".join(parts)
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.2f}"
+
+
 def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
@@ -515,6 +557,7 @@ SECTIONS = (
     ("dynamo_code", "What Dynamo made of the code", dynamo_code_section),
     ("timings", "Stage timings", timings_section),
     ("profile", "Profile: eager vs compiled", profile_section),
+    ("memory", "Memory: eager vs compiled", memory_section),
     ("minify", "Shrink history", minify_section),
     ("saved", "Saved graphs (run --save-io)", saved_io_section),
     ("determinism", "Determinism (run --check-determinism)", determinism_section),

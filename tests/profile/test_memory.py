@@ -1,0 +1,153 @@
+"""`tdbg memory`: measured eager vs compiled peaks on graphs whose answer is known.
+
+Bounds: PyTorch's CPU allocator reports each tensor's exact byte size; besides the tensors named
+in each script a call allocates only a few scalars (at most SMALL bytes in all), so every
+expected figure is exact up to SMALL.
+"""
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from tdbg.cli.console import exit_code
+from tdbg.cli.main import cli
+from tdbg.minifier.diagnose.memory import CallMemory, MemoryReport, GraphMemory, Trace, track
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "scripts")
+MB4 = 4 << 20        # one float32 tensor of 2**20 elements
+SMALL = 64
+
+
+def _memory(tmp_path, script, *options):
+    out = tmp_path / "memory.json"
+    result = CliRunner().invoke(cli, ["memory", os.path.join(SCRIPTS, script), "--json", str(out), *options])
+    return result, json.loads(out.read_text()) if out.exists() else None
+
+
+def _calls(doc):
+    return [c for g in doc["graphs"] for c in g["calls"]]
+
+
+# ---------------------------------------------------------------- the measurement itself
+
+def test_trace_curve_peak_end_and_samples():
+    t = Trace([(0, 100, 1), (10, 50, 2), (20, -100, 1), (30, 30, 3)], duration_ns=40)
+    assert t.curve() == [100, 150, 50, 80]
+    assert (t.peak, t.end, t.live_at_end()) == (150, 80, {2: 50, 3: 30})
+    samples = t.sampled(5)
+    assert len(samples) == 5 and max(samples) == 150 and samples[-1] == 80
+
+
+def test_track_counts_the_calls_own_allocations_exactly():
+    import torch
+    older = torch.empty(1 << 20)
+
+    def body():
+        nonlocal older
+        a = torch.empty(1 << 20)
+        b = torch.empty(1 << 20)
+        del a
+        older = None      # freeing memory allocated before the call is not this call's
+        return b
+    result, trace = track(body)
+    assert (trace.peak, trace.end) == (2 * MB4, MB4)
+    assert list(trace.live_at_end().values()) == [MB4]
+    assert result.untyped_storage().data_ptr() in trace.live_at_end()
+
+
+def test_over_ratio_judges_only_measured_calls_above_the_floor():
+    def call(eager, compiled):
+        return CallMemory(0, "forward", 1, eager, compiled, eager, compiled, 0, 0)
+    report = MemoryReport("s.py", "b", "m", 3, [GraphMemory(0, "f", None, calls=[
+        call(1000, 3000), call(10000, 30000), call(None, 30000), call(10000, 15000)])])
+    assert [(c.eager_peak_bytes, c.compiled_peak_bytes) for c in report.over_ratio(1.5)] == [(10000, 30000)]
+    assert report.over_ratio(3.0) == []
+
+
+# ---------------------------------------------------------------- known answers, end to end
+
+def test_a_backend_holding_an_extra_copy_peaks_one_input_higher(tmp_path):
+    backend = os.path.join(SCRIPTS, "memory_copy_backend.py") + ":copying"
+    result, doc = _memory(tmp_path, "memory_copy_backend.py", "--backend", backend, "--max-memory-ratio", "1.5")
+    assert result.exit_code == exit_code("threshold"), result.output
+    [c] = _calls(doc)
+    assert (c["graph"], c["kind"], c["call"]) == (0, "inference", 1)
+    # eager: x * 2's output; compiled: that plus the backend's copy of x
+    assert MB4 <= c["eager_peak_bytes"] <= MB4 + SMALL
+    assert c["compiled_peak_bytes"] - c["eager_peak_bytes"] == MB4
+    assert c["compiled_end_bytes"] == c["compiled_output_bytes"] == MB4
+    # the backend's copy is no graph node: the allocating op names it
+    big = [(b["name"], b["op"]) for b in c["compiled_peak_buffers"] if b["bytes"] == MB4]
+    assert sorted(big, key=lambda b: b[1]) == [(None, "aten::clone"), ("mul", "aten::mul")]
+    assert doc["over_ratio"] == [{"graph": 0, "kind": "inference", "call": 1, "ratio": c["ratio"]}]
+    assert doc["exit_code"] == exit_code("threshold") and doc["max_memory_ratio"] == 1.5
+    assert "OVER --max-memory-ratio 1.5: 1 call(s)" in result.output
+
+
+def test_tdbg_fuses_a_pointwise_chain_that_eager_materializes(tmp_path):
+    result, doc = _memory(tmp_path, "memory_chain.py", "--backend", "inductor", "--max-memory-ratio", "0.6")
+    assert result.exit_code == 0, result.output
+    first, second = _calls(doc)
+    # eager: one op's input and output alive together (2 x 4 MB); tdbg: one fused kernel, its output
+    assert 2 * MB4 <= first["eager_peak_bytes"] <= 2 * MB4 + SMALL
+    assert MB4 <= first["compiled_peak_bytes"] <= MB4 + SMALL
+    # the script drops each result: tdbg's output pool hands call 1's storage to call 2
+    assert second["compiled_peak_bytes"] <= SMALL and second["compiled_reused_bytes"] == MB4
+    assert any("reuses storage kept from earlier calls" in n for n in doc["notes"])
+    # at eager's peak: `x * 2` and `+ 1`, each with its line; at tdbg's: the fused kernel's one buffer
+    script = os.path.join(SCRIPTS, "memory_chain.py")
+    assert [(b["name"], b["op"], b["bytes"], b["source"]) for b in first["eager_peak_buffers"][:2]] == [
+        ("y", "aten::mul", MB4, f"{script}:13 in chain: y = x * 2"),
+        ("y_1", "aten::add", MB4, f"{script}:14 in chain: y = y + 1")]
+    [buf] = [b for b in first["compiled_peak_buffers"] if b["bytes"] >= 1024]
+    assert (buf["name"], buf["bytes"]) == ("buf0", MB4)
+    assert {"mul", "add", "sin", "mul_1", "sub"} == set(buf["made_by"])
+    assert buf["source"].startswith(f"{script}:1")   # one of the chain's lines (13-17)
+    assert "within --max-memory-ratio 0.6" in result.output
+
+
+def test_a_decomposed_gelu_materializes_what_eager_runs_as_one_op(tmp_path):
+    result, doc = _memory(tmp_path, "memory_train.py", "--backend", "aot_eager", "--calls", "1")
+    assert result.exit_code == 0, result.output
+    forward, backward = _calls(doc)
+    assert (forward["kind"], backward["kind"]) == ("forward", "backward")
+    hidden = 512 * 512 * 4   # the first Linear's and the GELU's outputs, saved by both
+    assert forward["eager_saved_bytes"] == forward["compiled_saved_bytes"] == 2 * hidden
+    # AOTAutograd's GELU decomposition (x * 0.5, erf(x * 0.7071), ...) runs op by op: at least one
+    # more hidden-sized intermediate alive at the compiled peak than at eager's (one aten::gelu)
+    assert forward["compiled_peak_bytes"] - forward["eager_peak_bytes"] >= hidden
+    # the backward: the same aten graph run by eager and by aot_eager (which runs it as is)
+    assert backward["compiled_peak_bytes"] == backward["eager_peak_bytes"]
+
+
+@pytest.mark.slow
+def test_training_measures_forward_saved_bytes_and_the_backward_graph(tmp_path):
+    result, doc = _memory(tmp_path, "memory_train.py", "--backend", "inductor", "--calls", "1")
+    assert result.exit_code == 0, result.output
+    forward, backward = _calls(doc)
+    assert (forward["kind"], backward["kind"]) == ("forward", "backward")
+    hidden = 512 * 512 * 4   # the first Linear's and the GELU's outputs, saved by both
+    assert forward["eager_saved_bytes"] == forward["compiled_saved_bytes"] == 2 * hidden
+    assert forward["compiled_output_bytes"] == 512 * 256 * 4
+    # eager runs the backward aten graph op by op; tdbg fuses GELU's backward
+    assert backward["compiled_peak_bytes"] < backward["eager_peak_bytes"]
+    assert doc["graphs"][0]["has_backward_graph"] is True
+
+
+def test_a_script_without_torch_compile_is_bad_input(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("print('no compile')\n")
+    result = CliRunner().invoke(cli, ["memory", str(script), "--backend", "eager"])
+    assert result.exit_code == exit_code("bad_input")
+    assert "never calls torch.compile" in result.output
+
+
+def test_the_html_section_draws_both_curves():
+    from tdbg.minifier.artifacts.report.sections import memory_section
+    call = CallMemory(0, "forward", 1, 2048, 4096, 0, 0, 0, 0, eager_curve=[0, 2048, 0], compiled_curve=[0, 4096, 0])
+    doc = dict(MemoryReport("s.py", "b", "measured", 1, [GraphMemory(0, "f", None, calls=[call])]).to_dict(),
+               schema="tdbg.memory")
+    html = memory_section({"document": doc})
+    assert 'id="memory-0-forward-1"' in html
+    assert 'data-series="compiled"' in html and 'data-series="eager"' in html
