@@ -6,7 +6,7 @@ import click
 from tdbg.cli import common
 from tdbg.cli.console import doing, exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
 
-JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
+JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 2
 
 
 @click.command(epilog=exit_codes_help())

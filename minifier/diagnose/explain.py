@@ -203,7 +203,8 @@ def _size_cause(plain: dict, failure: dict, fn: dict) -> Optional[dict]:
         return None
     if sized["created_at"]:
         plain["line"] = f"{sized['created_at']}  {sized['code']}"
-    if sized["fix"]:
+    # a static size that changed keeps the plain fix (mark_dynamic) unless a line specialized it
+    if sized["fix"] and (sized["created_at"] or sized["old"] is None):
         plain["suggestion"] = sized["fix"]
     return sized
 
