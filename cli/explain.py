@@ -150,8 +150,10 @@ def _render_shapes(c, fn: dict) -> None:
     the line and op that made each; then recompile storms. Each cause and fix is printed once."""
     from rich.markup import escape
     shapes = fn.get("shapes") or {}
-    if not shapes.get("frames"):
-        return
+    telling = any(f["guards"] or f["specializations"] or any(d["state"] != "static" for i in f["inputs"]
+                                                             for d in i["dims"]) for f in shapes.get("frames") or [])
+    if not (telling or any(r.get("size") for r in fn["recompiles"])):
+        return   # every dim static, no shape guard, no size recompile: nothing to say (the JSON has the dims)
     c.print(f"  [bold]shapes[/] ({escape(_dim_counts(shapes['dims']))}):")
     told = set()
     for frame in shapes["frames"]:

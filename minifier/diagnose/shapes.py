@@ -48,9 +48,11 @@ CAUSES = (
      "avoid branching on the size (compute both sides and torch.where, or torch.cond); if the condition always "
      "holds, torch._check({expr}) states it without a branch; else each side needs its own graph"),
     (r"^(_refs|_prims_common|_prims|_meta_registrations|_decomp|_subclasses|fx/experimental)/", "op",
-     "the shape rule of {op} (it needs this relation between sizes to compute its output shape)",
-     "a fixed size in the op specializes the dim: derive the op's sizes from the input (e.g. x.view(-1, n) "
-     "instead of literal sizes), or torch._check(...) the relation once before the op"),
+     "the shape rule of {op} ({framework}: it needs this relation between sizes to compute its output shape)",
+     ("a literal size in the op made the dim a constant: derive the op's sizes from the input (e.g. "
+      "x.view(-1, n), not x.view(4, n)) to keep it dynamic",
+      "nothing to change: one graph serves every call whose sizes keep this relation (a call breaking it is "
+      "an error in eager too, or recompiles)")),
     (r"^_inductor/|^_functorch/_aot_autograd/aot_autograd_result\.py:_check_guards$", "backend",
      "the backend: Inductor adds guards on sizes while choosing kernels (here {op}; a cached compile's guards are "
      "replayed by AOTAutograd's cache), no line of yours",
@@ -188,15 +190,18 @@ def location(item: dict) -> Optional[str]:
     return f"{rel(item['file'])}:{item['line']}" if item.get("file") and item.get("line") else None
 
 
-def cause_of(guard: dict, ops_at: dict) -> dict:
-    """{kind, cause, fix} of one recorded guard: CAUSES by the framework function that asked for it;
-    `ops_at` maps (file, line) -> the graph ops made from that line (to name the op)."""
+def cause_of(guard: dict, ops_at: dict, specializes: bool = False) -> dict:
+    """{kind, cause, fix} of one recorded guard or specialization: CAUSES by the framework function
+    that asked for it; `ops_at` maps (file, line) -> the graph ops made from that line (to name the
+    op); `specializes`: it made a dim a constant (an op's fix depends on that)."""
     framework = guard.get("framework") or ""
     ops = ops_at.get((guard.get("file"), guard.get("line"))) or []
-    op = ", ".join(dict.fromkeys(ops)) or framework or "the op on this line"
+    op = " or ".join(dict.fromkeys(ops)) or "an op on this line"
     for pattern, kind, cause, fix in CAUSES:
         if re.search(pattern, framework):
-            return {"kind": kind, "cause": cause.format(op=op), "fix": fix.format(expr=guard.get("expr", ""))}
+            fix = fix if isinstance(fix, str) else fix[0 if specializes else 1]
+            return {"kind": kind, "cause": cause.format(op=op, framework=framework),
+                    "fix": fix.format(expr=guard.get("expr", ""))}
     kind, cause, fix = UNKNOWN_CAUSE
     return {"kind": kind, "cause": cause, "fix": fix}
 
@@ -205,8 +210,11 @@ def frame_record(frame: str, shapes: dict, ops_at: dict) -> dict:
     """One compile of one frame for the report: dims with their state, guards and specializations
     with FILE:LINE, cause and fix."""
     inputs = [{"name": inp["name"], "dims": [dict(d) for d in inp["dims"]]} for inp in shapes["inputs"]]
-    guards = [{**g, "at": location(g), **cause_of(g, ops_at)} for g in shapes["guards"]]
-    specs = [{**s, "at": location(s), **cause_of(s, ops_at)} for s in shapes["specializations"]]
+    specs = [{**s, "at": location(s), **cause_of(s, ops_at, specializes=True)} for s in shapes["specializations"]]
+    made_constant = {(s["at"], s["source"]) for s in specs}
+    guards = [{**g, "at": location(g), **cause_of(g, ops_at, any((location(g), src) in made_constant
+                                                                   for src in g["sources"]))}
+              for g in shapes["guards"]]
     for inp in inputs:   # a specialized dim points at the line that specialized it
         for d in inp["dims"]:
             spec = next((s for s in specs if s["source"] == f"{inp['name']}.size()[{d['dim']}]"), None)

@@ -15,7 +15,7 @@ RUNS = {name: (("explain", f"{S}/shapes_{name}.py", "--backend", "eager"), None)
 @pytest.fixture(scope="module")
 def runs(tdbg_runs):
     # each run ~6 s: only the branch (the regression) is in the default suite, the rest are
-    # slow; their logic is covered in-process by tests/cli/test_explain_shapes.py
+    # slow; their logic is covered in-process by tests/cli/test_shape_explanations.py
     return lambda name: tdbg_runs(*RUNS[name])
 
 

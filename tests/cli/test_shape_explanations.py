@@ -66,8 +66,10 @@ def test_a_static_size_recompile_made_by_a_specialization_points_at_its_line():
     (fn,) = build_report(verdict)["functions"]
     (r,) = fn["recompiles"]
     assert (r["size"]["created_at"], r["line"]) == (f"{FILE}:8", f"{FILE}:8  return y.view(4, 6)")
-    assert r["size"]["cause"] == ("x.size()[0] was specialized to 8 by the shape rule of Tensor.view (it needs this "
-                                  "relation between sizes to compute its output shape)")
+    assert r["size"]["cause"] == ("x.size()[0] was specialized to 8 by the shape rule of Tensor.view "
+                                  "(_prims_common/__init__.py:infer_size: it needs this relation between sizes to "
+                                  "compute its output shape)")
+    assert r["suggestion"].startswith("a literal size in the op made the dim a constant")
     assert fn["shapes"]["frames"][0]["inputs"][0]["dims"][0]["specialized_at"] == f"{FILE}:8"
 
 
