@@ -142,30 +142,31 @@ def _render_function(c, fn: dict) -> None:
             c.print(f"      why: {escape(size['cause'])}")
         if r["suggestion"]:
             c.print(f"      fix: {escape(r['suggestion'])}")
-    _render_shapes(c, fn)
+    _render_shapes(c, fn, told)
 
 
-def _render_shapes(c, fn: dict) -> None:
+def _render_shapes(c, fn: dict, told: set) -> None:
     """explain's shapes section of one function: per compile, its input dims and shape guards with
-    the line and op that made each; then recompile storms. Each cause and fix is printed once."""
+    the line and op that made each; then recompile storms. A (cause, fix) in `told` (said by a
+    recompile above) is not said again."""
     from rich.markup import escape
     shapes = fn.get("shapes") or {}
-    telling = any(f["guards"] or f["specializations"] or any(d["state"] != "static" for i in f["inputs"]
+    telling = any(f["guards"] or f["specializations"] or f.get("error") or any(d["state"] != "static" for i in f["inputs"]
                                                              for d in i["dims"]) for f in shapes.get("frames") or [])
     if not (telling or any(r.get("size") for r in fn["recompiles"])):
         return   # every dim static, no shape guard, no size recompile: nothing to say (the JSON has the dims)
     c.print(f"  [bold]shapes[/] ({escape(_dim_counts(shapes['dims']))}):")
-    told = set()
     for frame in shapes["frames"]:
         dims = "; ".join(f"{i['name']}: " + ", ".join(_dim_words(d) for d in i["dims"]) for i in frame["inputs"])
-        c.print(f"    compile {escape(frame['compile_id'])} ({escape(frame['frame'])}): {escape(dims or 'no tensor inputs')}")
+        dims = f"shapes unreadable ({frame['error']})" if frame.get("error") else dims or "no tensor inputs"
+        c.print(f"    compile {escape(frame['compile_id'])} ({escape(frame['frame'])}): {escape(dims)}")
         for kind, items in (("guard", frame["guards"]), ("specialized", frame["specializations"])):
             for g in items:
                 what = g["expr"] if kind == "guard" else f"{g['source']} = {g['value']}"
                 where = f"{g['at']}  {g['code']}" if g["at"] else "no user line recorded"
                 c.print(f"      {kind} {escape(what)} at {escape(where)}")
-                if (g["at"], g["cause"]) not in told:
-                    told.add((g["at"], g["cause"]))
+                if (g["cause"], g["fix"]) not in told:
+                    told.add((g["cause"], g["fix"]))
                     c.print(f"          by: {escape(g['cause'])}")
                     if g["fix"]:
                         c.print(f"          fix: {escape(g['fix'])}")

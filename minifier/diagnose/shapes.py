@@ -54,8 +54,8 @@ CAUSES = (
       "nothing to change: one graph serves every call whose sizes keep this relation (a call breaking it is "
       "an error in eager too, or recompiles)")),
     (r"^_inductor/|^_functorch/_aot_autograd/aot_autograd_result\.py:_check_guards$", "backend",
-     "the backend: Inductor adds guards on sizes while choosing kernels (here {op}; a cached compile's guards are "
-     "replayed by AOTAutograd's cache), no line of yours",
+     "the backend's compile: AOTAutograd/Inductor added it while compiling this graph, e.g. choosing kernels for a "
+     "size range (asked by {framework}; a cached compile replays its guards), no line of yours",
      "sizes on both sides of the guard each need a graph; mark_dynamic does not remove a backend's guard"),
 )
 UNKNOWN_CAUSE = ("unknown", "unknown: ShapeEnv recorded no framework function for this guard", "")
@@ -91,9 +91,18 @@ def capture(gm, example_inputs) -> Optional[dict]:
 def describe(captured: Optional[dict]) -> Optional[dict]:
     """{compile_id, inputs: [{name, dims: [{dim, size, state, symbol}]}], guards: [{expr, sources,
     file, line, code, function, framework}], specializations: [{source, value, file, line, code,
-    function, framework}]} in the user's names (x.size()[0]), or None."""
+    function, framework}]} in the user's names (x.size()[0]), or None. A ShapeEnv this code cannot
+    read (another torch) gives empty lists and `error`: the run goes on, the report says so."""
     if captured is None:
         return None
+    try:
+        return _describe(captured)
+    except Exception as e:   # a diagnostic must not fail the user's run; the error is reported
+        return {"compile_id": captured["compile_id"], "inputs": [], "guards": [], "specializations": [],
+                "error": f"{type(e).__name__}: {e}"}
+
+
+def _describe(captured: dict) -> dict:
     from tdbg.compiler.torch_compat import ShapeGuard
     env, files = captured["env"], captured["files"]
     names = {str(sym): _user_name(sources[0].name) for sym, sources in env.var_to_sources.items() if sources}
@@ -201,7 +210,7 @@ def cause_of(guard: dict, ops_at: dict, specializes: bool = False) -> dict:
         if re.search(pattern, framework):
             fix = fix if isinstance(fix, str) else fix[0 if specializes else 1]
             return {"kind": kind, "cause": cause.format(op=op, framework=framework),
-                    "fix": fix.format(expr=guard.get("expr", ""))}
+                    "fix": fix.format(expr=SIZE_SOURCE.sub(r"\g<name>.size(\g<dim>)", guard.get("expr", "")))}
     kind, cause, fix = UNKNOWN_CAUSE
     return {"kind": kind, "cause": cause, "fix": fix}
 
@@ -220,12 +229,13 @@ def frame_record(frame: str, shapes: dict, ops_at: dict) -> dict:
             spec = next((s for s in specs if s["source"] == f"{inp['name']}.size()[{d['dim']}]"), None)
             d["specialized_at"] = spec["at"] if spec and d["state"] == "specialized" else None
     return {"frame": frame, "compile_id": shapes["compile_id"], "inputs": inputs,
-            "guards": guards, "specializations": specs}
+            "guards": guards, "specializations": specs, "error": shapes.get("error")}
 
 
 def link_recompile(reason: str, frames: list) -> Optional[dict]:
-    """For one guard failure caused by a size: {compile_id, failed_guard, source, dim, old, new,
-    created_at (FILE:LINE or None), code, cause, fix}; None when the failure is not about a size.
+    """For one guard failure caused by a size: {compile_id, failed_guard, source, name, dim, old, new
+    (the sizes of a static dim), created_at (FILE:LINE or None), code, kind (condition, op, backend,
+    static, unknown), cause, fix[, guard_expr]}; None when the failure is not about a size.
     `frames` are frame_record()s; the failure's compile id picks the compile whose guard failed."""
     m = _FAILURE.match(reason.strip().splitlines()[0] if reason.strip() else "")
     if not m:
@@ -244,9 +254,9 @@ def link_recompile(reason: str, frames: list) -> Optional[dict]:
            "dim": int(source["dim"]), "old": None, "new": None}
     if made is None:
         return {**out, "created_at": None, "code": None, "cause": "unknown: no recorded guard of compile "
-                f"{cid} matches it", "fix": ""}
+                f"{cid} matches it", "fix": "", "kind": "unknown"}
     return {**out, "created_at": made["at"], "code": made["code"], "cause": made["cause"], "fix": made["fix"],
-            "guard_expr": made["expr"]}
+            "guard_expr": made["expr"], "kind": made["kind"]}
 
 
 def _made_guard(record: Optional[dict], source: str, line: Optional[int], code: Optional[str]) -> Optional[dict]:
@@ -272,16 +282,16 @@ def _static_size(m, cid: str, guard: str, record: Optional[dict]) -> dict:
            "old": int(m["old"]), "new": int(m["new"])}
     spec = next((s for s in (record or {}).get("specializations", []) if s["source"] == src), None)
     if spec is not None:
-        return {**out, "created_at": spec["at"], "code": spec["code"],
+        return {**out, "created_at": spec["at"], "code": spec["code"], "kind": spec["kind"],
                 "cause": f"{src} was specialized to {spec['value']} by {spec['cause']}", "fix": spec["fix"]}
     dims = {(i["name"], d["dim"]): d for i in (record or {}).get("inputs", []) for d in i["dims"]}
     state = (dims.get((name, dim)) or {}).get("state")
     if state == "static":
-        return {**out, "created_at": None, "code": None,
+        return {**out, "created_at": None, "code": None, "kind": "static",
                 "cause": f"{src} was compiled static, no line of yours made it so: Dynamo compiles a size it has "
                          "seen once as a constant and makes the dim dynamic when it changes (automatic dynamic "
                          "shapes; when they are off, every new size recompiles)", "fix": STATIC_FIX.format(name=name, dim=dim)}
-    return {**out, "created_at": None, "code": None,
+    return {**out, "created_at": None, "code": None, "kind": "unknown",
             "cause": f"unknown: compile {cid} recorded no reason why {src} was a constant", "fix": ""}
 
 

@@ -127,3 +127,12 @@ def test_the_html_page_has_a_shapes_section():
     assert "<td>0/1</td><td>x: dim 0 = 64 dynamic</td>" in section
     assert f"guard x.size()[0] &gt; 32</span> at {FILE}:9" in section
     assert f"of compile 0/1 failed; made at {FILE}:9 if x.size(0) &gt; 32:" in section
+
+
+def test_a_shape_env_that_cannot_be_read_is_reported_not_raised():
+    class Broken:
+        var_to_sources = property(lambda self: 1 / 0)
+    d = shapes.describe({"env": Broken(), "compile_id": "0/0", "inputs": [], "files": []})
+    assert d == {"compile_id": "0/0", "inputs": [], "guards": [], "specializations": [],
+                 "error": "ZeroDivisionError: division by zero"}
+    assert shapes.frame_record("f", d, {})["error"] == "ZeroDivisionError: division by zero"
