@@ -156,8 +156,14 @@ def _render_shapes(c, fn: dict, told: set) -> None:
     if not (telling or any(r.get("size") for r in fn["recompiles"])):
         return   # every dim static, no shape guard, no size recompile: nothing to say (the JSON has the dims)
     c.print(f"  [bold]shapes[/] ({escape(_dim_counts(shapes['dims']))}):")
+    resized = {r["size"]["name"] for r in fn["recompiles"] if r.get("size")}
     for frame in shapes["frames"]:
-        dims = "; ".join(f"{i['name']}: " + ", ".join(_dim_words(d) for d in i["dims"]) for i in frame["inputs"])
+        # inputs all static and never resized (parameters, mostly) are counted, not listed
+        shown = [i for i in frame["inputs"] if i["name"] in resized or any(d["state"] != "static" for d in i["dims"])]
+        dims = "; ".join(f"{i['name']}: " + ", ".join(_dim_words(d) for d in i["dims"]) for i in shown)
+        rest = len(frame["inputs"]) - len(shown)
+        if rest:
+            dims += f"{'; ' if dims else ''}{rest} {'more ' if dims else ''}input(s) all static"
         dims = f"shapes unreadable ({frame['error']})" if frame.get("error") else dims or "no tensor inputs"
         c.print(f"    compile {escape(frame['compile_id'])} ({escape(frame['frame'])}): {escape(dims)}")
         for kind, items in (("guard", frame["guards"]), ("specialized", frame["specializations"])):
