@@ -50,6 +50,20 @@ def test_a_branch_guard_is_put_at_its_line_in_full_never_at_torch_s_cut_path():
     assert fn["shapes"]["dims"] == {"static": 1, "dynamic": 1}
 
 
+def test_a_range_guard_printed_at_the_line_that_read_the_size_is_put_at_the_branch():
+    """Dynamo prints a range guard with the line where the size was first read (its lower bound's
+    place); the only recorded guard on that size was made by the branch, and that line is named."""
+    branch = _guard("x.size()[0] <= 32", 11, "if x.size(0) > 32:")
+    verdict = _verdict([("0/0", _dims((64, "static")), [], []), ("0/1", _dims((8, "dynamic")), [branch], [])],
+                       [("0/1: 2 <= L['x'].size()[0] <= 32  # n = x.size(0)  # owhere/proj/f.py:10 in f "
+                         "(_dynamo/variables/builder.py:3544 in wrap_tensor)", 2)])
+    (r,) = build_report(verdict)["functions"][0]["recompiles"]
+    assert r["line"] == f"{FILE}:11  if x.size(0) > 32:"
+    assert (r["size"]["created_at"], r["size"]["kind"]) == (f"{FILE}:11", "condition")
+    assert r["changed"] == "argument `x` left the size range 2..32 in dim 0 that the compiled graph assumed"
+    assert "Inductor" not in r["suggestion"]
+
+
 def test_without_a_record_the_cut_path_is_dropped_not_printed():
     verdict = _verdict([], [("0/1: 33 <= L['x'].size()[0]  # if x.size(0) > 32:  # owhere/proj/f.py:9 in f", 2)])
     (r,) = build_report(verdict)["functions"][0]["recompiles"]

@@ -20,36 +20,39 @@ def runs(tdbg_runs):
 
 
 def test_branch_on_a_size_is_put_at_the_if_line(runs):
+    """Issue #24's case: Dynamo prints the failed range guard with line 10 (the size's first read,
+    path cut at the front) and tdbg 1 called it Inductor's; the guard was made by the if on line 11."""
     r = runs("branch")
     assert r.code == exit_code("ok"), r.stdout + r.stderr
     assert r.json["version"] == 2
     (fn,) = r.json["functions"]
     first, second = fn["recompiles"]
-    # 8 -> 64 rows: compile 0/0 had dim 0 static, and no user line made it so
-    assert (first["size"]["compile_id"], first["size"]["created_at"], first["size"]["old"], first["size"]["new"]) == (
-        "0/0", None, 8, 64)
+    # 64 -> 8 rows: compile 0/0 had dim 0 static, and no user line made it so
+    assert (first["size"]["compile_id"], first["size"]["created_at"], first["size"]["old"], first["size"]["new"],
+            first["size"]["kind"]) == ("0/0", None, 64, 8, "static")
     assert first["suggestion"].startswith("call torch._dynamo.mark_dynamic(x, 0)")
-    # 16 rows: the guard the branch made in compile 0/1 (x dynamic) fails, at the if line (9), not line 8
+    # 100 rows: the range guard of compile 0/1 (x dynamic, the branch took x.size(0) <= 32) fails
     size = second["size"]
-    assert (size["compile_id"], size["failed_guard"], size["guard_expr"], size["created_at"], size["code"]) == (
-        "0/1", "33 <= x.size()[0]", "x.size()[0] > 32", f"{S}/shapes_branch.py:9", "if x.size(0) > 32:")
-    assert second["line"] == f"{S}/shapes_branch.py:9  if x.size(0) > 32:"
+    assert (size["compile_id"], size["failed_guard"], size["guard_expr"], size["created_at"], size["code"],
+            size["kind"]) == ("0/1", "2 <= x.size()[0] <= 32", "x.size()[0] <= 32", f"{S}/shapes_branch.py:11",
+                              "if x.size(0) > 32:", "condition")
+    assert second["line"] == f"{S}/shapes_branch.py:11  if x.size(0) > 32:"
     assert second["suggestion"].startswith("avoid branching on the size")
-    assert "torch._check(x.size(0) > 32)" in second["suggestion"]
+    assert "torch._check(x.size(0) <= 32)" in second["suggestion"]
     frames = fn["shapes"]["frames"]
     assert [(f["compile_id"], [(d["size"], d["state"]) for d in f["inputs"][0]["dims"]]) for f in frames] == [
-        ("0/0", [(8, "static"), (3, "static")]), ("0/1", [(64, "dynamic"), (3, "static")]),
-        ("0/2", [(16, "dynamic"), (3, "static")])]
+        ("0/0", [(64, "static"), (3, "static")]), ("0/1", [(8, "dynamic"), (3, "static")]),
+        ("0/2", [(100, "dynamic"), (3, "static")])]
     assert [(g["expr"], g["at"], g["kind"]) for f in frames for g in f["guards"]] == [
-        ("x.size()[0] > 32", f"{S}/shapes_branch.py:9", "condition"),
-        ("x.size()[0] <= 32", f"{S}/shapes_branch.py:9", "condition")]
+        ("x.size()[0] <= 32", f"{S}/shapes_branch.py:11", "condition"),
+        ("x.size()[0] > 32", f"{S}/shapes_branch.py:11", "condition")]
     assert fn["shapes"]["storms"] == [] and r.json["totals"]["recompile_storms"] == 0
-    out = r.stdout
-    assert (f"      failed guard: 33 <= x.size()[0] (compile 0/1), made at {S}/shapes_branch.py:9  "
-            "if x.size(0) > 32:") in out.splitlines()
-    assert f"      guard x.size()[0] > 32 at {S}/shapes_branch.py:9  if x.size(0) > 32:" in out.splitlines()
-    assert "    compile 0/1 (f): x: dim 0 = 64 dynamic, dim 1 = 3 static" in out.splitlines()
-    assert "Inductor" not in out and "ork/" not in out
+    lines = r.stdout.splitlines()
+    assert (f"      failed guard: 2 <= x.size()[0] <= 32 (compile 0/1), made at {S}/shapes_branch.py:11  "
+            "if x.size(0) > 32:") in lines
+    assert f"      guard x.size()[0] <= 32 at {S}/shapes_branch.py:11  if x.size(0) > 32:" in lines
+    assert "    compile 0/1 (f): x: dim 0 = 8 dynamic, dim 1 = 3 static" in lines
+    assert "Inductor" not in r.stdout and "shapes_branch.py:10" not in r.stdout
 
 
 @pytest.mark.slow
