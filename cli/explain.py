@@ -6,7 +6,7 @@ import click
 from tdbg.cli import common
 from tdbg.cli.console import doing, exit_code, exit_codes_help, fail, out, report_to_stderr, write_json
 
-JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 1
+JSON_SCHEMA, JSON_VERSION = "tdbg.explain", 2
 
 
 @click.command(epilog=exit_codes_help())
@@ -130,6 +130,12 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
         c.print("      fix: remove the break (see why), or drop fullgraph=True to let Dynamo split the graph")
     elif verdict["status"] != "ok":
         err = verdict.get("error") or {}
+        violation = report.get("shape_violation")
+        if violation:
+            c.print(f"[bold red]Shape specialized:[/] {escape(violation['source'])} was marked dynamic, but "
+                    f"{escape(violation['at'])}  {escape(violation['code'])}  made it the constant "
+                    f"{escape(violation['value'])}")
+            c.print(f"      fix: {escape(violation['fix'])}")
         c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
                 f"{escape(str(err.get('message', '')))}")
     if report.get("caches") is not None:
@@ -170,13 +176,25 @@ def _render_function(c, fn: dict) -> None:
         kinds = ", ".join(f"{k} {n}" for k, n in guards["by_kind"].items())
         tensors = ", ".join(guards["tensors"]) or "none"
         c.print(f"  guards: {guards['total']} ({escape(kinds)}); tensors checked: {escape(tensors)}")
+    told: set = set()   # a size recompile's why and fix, said once per function
     for r in fn["recompiles"]:
         where = f" at {r['line']}" if r.get("line") else ""
         c.print(f"  [bold magenta]recompile[/] of {escape(common.frame_label(r['frame']))}{escape(where)}: {escape(r['changed'])}")
         for other in r["also"]:
             c.print(f"      also: {escape(other)}")
+        size = r.get("size")
+        if size:
+            made = f"made at {size['created_at']}  {size['code']}" if size["created_at"] else "made at no user line"
+            c.print(f"      failed guard: {escape(size['failed_guard'])} (compile {escape(size['compile_id'])}), "
+                    f"{escape(made)}")
+        if size and (size["cause"], r["suggestion"]) in told:
+            continue
+        if size:
+            told.add((size["cause"], r["suggestion"]))
+            c.print(f"      why: {escape(size['cause'])}")
         if r["suggestion"]:
             c.print(f"      fix: {escape(r['suggestion'])}")
+    _render_shapes(c, fn, told)
 
 
 _STATE_STYLE = {"hit": "green", "miss": "bold yellow", "bypass": "bold red"}
@@ -204,3 +222,51 @@ def render_caches(c, section: dict) -> None:
             if row.get("why"):
                 vs = f" [dim](vs {escape(str(row['compared_with']))})[/]" if row.get("compared_with") else ""
                 c.print(f"      why: {escape(row['why'])}{vs}")
+
+
+def _render_shapes(c, fn: dict, told: set) -> None:
+    """explain's shapes section of one function: per compile, its input dims and shape guards with
+    the line and op that made each; then recompile storms. A (cause, fix) in `told` (said by a
+    recompile above) is not said again."""
+    from rich.markup import escape
+    shapes = fn.get("shapes") or {}
+    telling = any(f["guards"] or f["specializations"] or f.get("error") or any(d["state"] != "static" for i in f["inputs"]
+                                                             for d in i["dims"]) for f in shapes.get("frames") or [])
+    if not (telling or any(r.get("size") for r in fn["recompiles"])):
+        return   # every dim static, no shape guard, no size recompile: nothing to say (the JSON has the dims)
+    c.print(f"  [bold]shapes[/] ({escape(_dim_counts(shapes['dims']))}):")
+    resized = {r["size"]["name"] for r in fn["recompiles"] if r.get("size")}
+    for frame in shapes["frames"]:
+        # inputs all static and never resized (parameters, mostly) are counted, not listed
+        shown = [i for i in frame["inputs"] if i["name"] in resized or any(d["state"] != "static" for d in i["dims"])]
+        dims = "; ".join(f"{i['name']}: " + ", ".join(_dim_words(d) for d in i["dims"]) for i in shown)
+        rest = len(frame["inputs"]) - len(shown)
+        if rest:
+            dims += f"{'; ' if dims else ''}{rest} {'more ' if dims else ''}input(s) all static"
+        dims = f"shapes unreadable ({frame['error']})" if frame.get("error") else dims or "no tensor inputs"
+        c.print(f"    compile {escape(frame['compile_id'])} ({escape(frame['frame'])}): {escape(dims)}")
+        for kind, items in (("guard", frame["guards"]), ("specialized", frame["specializations"])):
+            for g in items:
+                what = g["expr"] if kind == "guard" else f"{g['source']} = {g['value']}"
+                where = f"{g['at']}  {g['code']}" if g["at"] else "no user line recorded"
+                c.print(f"      {kind} {escape(what)} at {escape(where)}")
+                if (g["cause"], g["fix"]) not in told:
+                    told.add((g["cause"], g["fix"]))
+                    c.print(f"          by: {escape(g['cause'])}")
+                    if g["fix"]:
+                        c.print(f"          fix: {escape(g['fix'])}")
+    for storm in shapes.get("storms") or []:
+        sizes = ", ".join(map(str, storm["sizes"]))
+        c.print(f"  [bold red]recompile storm:[/] {escape(storm['source'])} never stabilized: "
+                f"{storm['recompiles']} recompiles over sizes {escape(sizes)}")
+        c.print(f"      fix: {escape(storm['fix'])}")
+
+
+def _dim_words(d: dict) -> str:
+    at = f" at {d['specialized_at']}" if d.get("specialized_at") else ""
+    return f"dim {d['dim']} = {d['size']} {d['state']}{at}"
+
+
+def _dim_counts(counts: dict) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in ("static", "dynamic", "specialized") if counts.get(k)) + \
+        " input dim(s) over all compiles"

@@ -131,6 +131,10 @@ ENTRIES = Table([
     E("FakeTensorProp", "torch.fx.passes.fake_tensor_prop", "FakeTensorProp", "node values of a loaded graph"),
     E("free_unbacked_symbols", "torch.fx.experimental.symbolic_shapes", "free_unbacked_symbols",
       "graphs with data-dependent shapes run unchanged"),
+    E("ShapeEnv", "torch.fx.experimental.symbolic_shapes", "ShapeEnv",
+      "explain's shapes: a frame's shape guards with where each was made (guards' SLoc), its specializations "
+      "(replacements, replacements_slocs, specialization_stacks) and symbol sources (var_to_sources, source_to_var)"),
+    E("ShapeGuard", "torch._guards", "ShapeGuard", "explain's shapes: one shape guard (expr, sloc: SLoc)"),
     # ---- ops, dispatch, decompositions, pytrees -----------------------------------------------
     E("OpOverload", "torch._ops", "OpOverload", "aten op overloads in FX graphs"),
     E("OpOverloadPacket", "torch._ops", "OpOverloadPacket", "aten op packets in lowering tables"),

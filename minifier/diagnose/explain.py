@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Optional
 
 from tdbg.minifier.runs.names import function_of   # resume functions fold into their user function
+from tdbg.minifier.diagnose import shapes
 
 # (pattern on Dynamo's break reason, plain words). First match wins; {0}, {1}... are groups.
 BREAK_REASONS = (
@@ -66,8 +67,8 @@ RECOMPILE_REASONS = (
      "argument `{name}` changed {what}", "keep `{name}`'s {what} the same between calls"),
     (r"(?P<lo>\d+) <= (?P<name>[\w.]+)\.size\(\)\[(?P<dim>\d+)\] <= (?P<hi>\d+)",
      "argument `{name}` left the size range {lo}..{hi} in dim {dim} that the compiled graph assumed",
-     "the backend compiled for that range (Inductor adds such guards while choosing kernels); sizes on both "
-     "sides of it each need a graph: keep `{name}`'s dim {dim} within one range if the recompiles hurt"),
+     "a guard on that size made the range (see the shapes section for the line that made it, when torch "
+     "recorded one); sizes on both sides of it each need a graph"),
     (r"(?P<name>[\w.]+)\.size\(\)\[(?P<dim>\d+)\]",
      "a condition on the size of `{name}` in dim {dim} no longer holds",
      "the graph was compiled assuming it; keep `{name}`'s dim {dim} on one side of it if the recompiles hurt"),
@@ -100,7 +101,10 @@ def plain_recompile(reason: str) -> dict:
     guard = source_names(re.sub(r"^\d+/\d+:\s*", "", _first_line(reason)))
     code = re.search(r"#\s*(?P<code>.+?)\s*#\s*(?P<where>\S+:\d+)", guard)
     guard_expr = guard.split("#")[0].strip()
-    line = _user_stack_line(reason) or (code.group("where") if code else None)
+    # Dynamo's `# FILE:LINE` after a guard has torch's shortened path (a prefix cut off): only a
+    # path that exists is kept; explain's shapes put a size guard at its full path
+    where = code.group("where") if code else None
+    line = _user_stack_line(reason) or (where if where and os.path.exists(where.rsplit(":", 1)[0]) else None)
     for pattern, changed, suggestion in RECOMPILE_REASONS:
         m = re.search(pattern, guard_expr)
         if m:
@@ -145,19 +149,24 @@ def build_report(verdict: dict) -> dict:
         if graph.get("graph_break"):
             _add_break(fn, graph)
     for guards in verdict.get("guards") or []:
-        _merge_guards(_function(functions, function_of(guards["frame"]))["guards"], guards)
+        fn = _function(functions, function_of(guards["frame"]))
+        _merge_guards(fn["guards"], guards)
+        if guards.get("shapes"):
+            fn["shapes"]["frames"].append(shapes.frame_record(guards["frame"], guards["shapes"], _ops_at(fn)))
     for group in _recompile_groups(verdict.get("recompiles") or []):
         fn = _function(functions, function_of(group[0]["frame"]))
         first = plain_recompile(group[0]["reason"])
+        size = _size_cause(first, group[0], fn)
         others = sorted({plain_recompile(r["reason"])["changed"] for r in group[1:]} - {first["changed"]})
         fn["recompiles"].append({"frame": group[0]["frame"], **first, "failed_guards": len(group),
-                                 "also": others})
+                                 "also": others, "size": size})
     stopped = stopped_by(verdict)
     if stopped:
         fn = _function(functions, stopped["function"])
         fn["breaks"].append({k: stopped[k] for k in ("line", "reason", "dynamo_reason", "user_stack", "count")}
                             | {"stopped_compilation": True})
     recompiled = {(f["frame"], f.get("graphs_before")) for f in verdict.get("recompiles") or []}
+    violation = shapes.constraint_violation(verdict.get("error") or {})
     for fn in functions.values():
         first_of: dict = {}
         for g in fn["graphs"]:
@@ -165,6 +174,9 @@ def build_report(verdict: dict) -> dict:
             g["again_of"] = None if earlier == g["index"] else earlier
             g["again"] = None if g["again_of"] is None else (
                 "recompile" if (g["frame"], g["index"]) in recompiled else "other_path")
+        sized = [r["size"] for r in fn["recompiles"] if r["size"]]
+        fn["shapes"]["storms"] = shapes.storms(fn["function"], sized)
+        fn["shapes"]["dims"] = shapes.count_states(fn["shapes"]["frames"])
         fn["graph_count"] = len({g["frame"] for g in fn["graphs"]})
         fn["compiled_graphs"] = len(fn["graphs"])
         fn["graph_breaks"] = len(fn["breaks"])
@@ -174,7 +186,32 @@ def build_report(verdict: dict) -> dict:
               "compiled_graphs": sum(f["compiled_graphs"] for f in functions.values()),
               "graph_breaks": sum(f["graph_breaks"] for f in functions.values()),
               "recompiles": sum(f["recompile_count"] for f in functions.values())}
-    return {"totals": totals, "functions": list(functions.values()), "stopped_by": stopped}
+    totals["recompile_storms"] = sum(len(f["shapes"]["storms"]) for f in functions.values())
+    return {"totals": totals, "functions": list(functions.values()), "stopped_by": stopped,
+            "shape_violation": violation}
+
+
+def _ops_at(fn: dict) -> dict:
+    """(file, line) -> the graph ops made from that user line, over the function's graphs so far."""
+    ops: dict = {}
+    for g in fn["graphs"]:
+        for ln in g["lines"]:
+            ops.setdefault((ln.get("file"), ln.get("line")), []).extend(ln.get("ops") or [])
+    return ops
+
+
+def _size_cause(plain: dict, failure: dict, fn: dict) -> Optional[dict]:
+    """The size guard behind a recompile (shapes.link_recompile), also put into its plain words:
+    the line that made the guard replaces the line Dynamo printed, its fix the generic one."""
+    sized = shapes.link_recompile(failure["reason"], fn["shapes"]["frames"])
+    if sized is None:
+        return None
+    if sized["created_at"]:
+        plain["line"] = f"{sized['created_at']}  {sized['code']}"
+    # a static size that changed keeps the plain fix (mark_dynamic) unless a line specialized it
+    if sized["fix"] and (sized["created_at"] or sized["old"] is None):
+        plain["suggestion"] = sized["fix"]
+    return sized
 
 
 def stopped_by(verdict: dict) -> Optional[dict]:
@@ -201,7 +238,8 @@ def _recompile_groups(failures: list) -> list:
 
 def _function(functions: dict, name: str) -> dict:
     return functions.setdefault(name, {"function": name, "graphs": [], "breaks": [], "recompiles": [],
-                                       "guards": {"total": 0, "by_kind": {}, "tensors": []}})
+                                       "guards": {"total": 0, "by_kind": {}, "tensors": []},
+                                       "shapes": {"frames": [], "storms": [], "dims": {}}})
 
 
 def _add_break(fn: dict, graph: dict) -> None:

@@ -26,6 +26,7 @@ from tdbg.minifier.runs import own_backend
 from tdbg.minifier.runs.backends import BackendError
 from tdbg.minifier.runs.names import is_frame_of, source_line
 from tdbg.minifier.runs.own_backend import Asked
+from tdbg.minifier.diagnose import shapes
 from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
@@ -157,6 +158,7 @@ class Session:
         self.compile_calls = 0
         self.graphs: list = []
         self.recompiles: list = []
+        self._shapes = None   # the last graph's shapes.capture(), until its guards are exported
         self.guards: list = []
         self.tagged: list = []   # (exception, {"stage", "graph", "during"})
         self.code_recorder = None   # diagnose/code_view.CodeRecorder for explain --code
@@ -242,6 +244,7 @@ class Session:
                 "lines": graph_lines(gm)}
         info.update(self._reason(gm))
         self.graphs.append(info)
+        self._shapes = shapes.capture(gm, example_inputs)   # described at guard export (explain's shapes)
         self.node_sources[index] = {n.name: (op_name(n), node_source(n, is_user_file))
                                     for n in gm.graph.nodes if n.op.startswith("call_")}
         first = (info["lines"] or info["stack"] or [None])[0]
@@ -363,7 +366,8 @@ class Session:
     def _guard_export(self, guards):
         # Dynamo exports a frame's guards right after handing its graph to the backend.
         frame = self.graphs[-1]["frame"] if self.graphs else "<unknown>"
-        self.guards.append({"frame": frame, **_guard_summary(guards)})
+        captured, self._shapes = self._shapes, None
+        self.guards.append({"frame": frame, **_guard_summary(guards), "shapes": shapes.describe(captured)})
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def tag(self, exc: BaseException, stage: str, graph: int, during: str, call: Optional[int] = None) -> None:

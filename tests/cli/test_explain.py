@@ -9,7 +9,7 @@ def test_toy_example_three_graphs_two_breaks(scenarios):
     r = scenarios["explain_toy"]
     assert r.code == 0, r.output          # 2 breaks within --max-graph-breaks 2
     doc = r.json
-    assert (doc["schema"], doc["version"]) == ("tdbg.explain", 1)
+    assert (doc["schema"], doc["version"]) == ("tdbg.explain", 2)
     (fn,) = doc["functions"]
     assert (fn["function"], fn["graph_count"], fn["graph_breaks"]) == ("toy_example", 3, 2)
     assert [(b["line"], b["reason"]) for b in fn["breaks"]] == [

@@ -259,6 +259,57 @@ def _check_free_unbacked_symbols(fn):
     assert not fn(torch.ones(2))
 
 
+@pytest.fixture(scope="module")
+def shapes_seen():
+    """What explain's shapes read from a frame's ShapeEnv (shapes.capture at the backend call,
+    shapes.describe after it): a branch on a dynamic size, then a view that specializes it."""
+    from tdbg.minifier.diagnose import shapes
+    captured = []
+
+    def backend(gm, example_inputs):
+        captured.append(shapes.capture(gm, example_inputs))
+        return gm.forward
+
+    def branch_then_view(x):
+        if x.size(0) > 4:
+            return (x * 2).view(4, 6)
+        return x
+
+    x = torch.ones(8, 3)
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+    torch.compiler.reset()
+    try:
+        torch.compile(branch_then_view, backend=backend)(x)
+    finally:
+        torch.compiler.reset()
+    (one,) = captured
+    line = branch_then_view.__code__.co_firstlineno
+    return {"captured": one, "described": shapes.describe(one), "if_line": line + 1, "view_line": line + 2}
+
+
+def _check_shape_env(cls, seen):
+    # the attributes describe() reads: guards (with SLoc), replacements and where each was made
+    env = seen["captured"]["env"]
+    assert isinstance(env, cls)
+    assert {"L['x'].size()[0]"} <= set(env.source_to_var)          # keyed by source name
+    d = seen["described"]
+    assert d["inputs"] == [{"name": "x", "dims": [
+        {"dim": 0, "size": 8, "state": "specialized", "symbol": d["inputs"][0]["dims"][0]["symbol"]},
+        {"dim": 1, "size": 3, "state": "static", "symbol": None}]}]
+    assert [(s["source"], s["value"], s["file"], s["line"], s["code"]) for s in d["specializations"]] == [
+        ("x.size()[0]", "8", __file__, seen["view_line"], "return (x * 2).view(4, 6)")]
+
+
+def _check_shape_guard(cls, seen):
+    # ShapeGuard(expr, sloc: SLoc(framework_loc, maybe_user_loc)): the user line as torch formats it
+    # ("code  # short/path.py:LINE in fn", path shortened) and the framework function that asked
+    assert {"expr", "sloc"} <= set(cls._fields)
+    guards = [(g["expr"], g["file"], g["line"], g["framework"]) for g in seen["described"]["guards"]]
+    assert guards == [
+        ("x.size()[0] > 4", __file__, seen["if_line"], "_dynamo/variables/tensor.py:evaluate_expr"),
+        ("Eq(3*x.size()[0], 24)", __file__, seen["view_line"], "_prims_common/__init__.py:infer_size")]
+
+
 def _check_op_overload(cls):
     assert isinstance(torch.ops.aten.add.Tensor, cls) and not isinstance(torch.ops.aten.add, cls)
 
@@ -444,6 +495,7 @@ CHECKS = {
     "make_boxed_func": _check_make_boxed_func, "min_cut_rematerialization_partition": _check_min_cut,
     "FakeTensorMode": _check_fake_mode, "FakeTensor": _check_fake_tensor, "unset_fake_temporarily": _check_unset_fake,
     "FakeTensorProp": _check_fake_tensor_prop, "free_unbacked_symbols": _check_free_unbacked_symbols,
+    "ShapeEnv": _check_shape_env, "ShapeGuard": _check_shape_guard,
     "OpOverload": _check_op_overload, "OpOverloadPacket": _check_op_overload_packet,
     "HigherOrderOperator": _check_higher_order, "storage_use_count": _check_storage_use_count,
     "AutoDispatchBelowADInplaceOrView": _check_below_autograd, "is_alias_of": _check_is_alias_of,
@@ -459,6 +511,7 @@ CHECKS = {
     "autograd_cache_log": _check_autograd_cache_log, "inductor_cache_dir": _check_inductor_cache_dir,
 }
 NEEDS_DYNAMO_RUN = {"CompileContext", "TracingContext", "InstructionTranslator", "compile_context"}
+NEEDS_SHAPES_RUN = {"ShapeEnv", "ShapeGuard"}
 ENTRY_IDS = [(t, n) for t, table in TABLES.items() for n in table.entries]
 
 
@@ -477,6 +530,8 @@ def test_entry_exists_and_behaves(table, name, request):
     assert entry.checked and all(re.fullmatch(r"2\.\d+\.\d+", v) for v in entry.checked)
     if name in NEEDS_DYNAMO_RUN:
         CHECKS[name](obj, request.getfixturevalue("dynamo_seen"))
+    elif name in NEEDS_SHAPES_RUN:
+        CHECKS[name](obj, request.getfixturevalue("shapes_seen"))
     else:
         CHECKS[name](obj)
 

@@ -38,6 +38,9 @@ def test_recompiles_are_the_real_backends(runs):
         "argument `x` changed size in dim 0: 2 -> 3",
         "argument `x` left the size range 2..4096 in dim 0 that the compiled graph assumed"]
     assert fn["recompiles"][1]["also"] == ["argument `x` changed size in dim 0: 2 -> 5000"]
+    # explain's shapes: the range guard is the backend's (no user line), never put on a line of the script
+    size = fn["recompiles"][1]["size"]
+    assert (size["failed_guard"], size["kind"], size["created_at"]) == ("2 <= x.size()[0] <= 4096", "backend", None)
     assert fn["guards"]["tensors"] == ["self.fc.weight", "self.fc.bias", "x"]
     assert "tensors checked: self.fc.weight, self.fc.bias, x" in output
 

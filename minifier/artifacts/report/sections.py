@@ -282,6 +282,52 @@ def caches_section(ctx: dict):
     return head + body
 
 
+def shapes_section(ctx: dict):
+    """explain's shapes: per compile of each function, its input dims (static, dynamic, specialized)
+    and shape guards with the user line and cause; size recompiles with the guard that failed and the
+    line that made it; storms and a mark_dynamic violation."""
+    doc = ctx["document"]
+    report = doc if doc.get("functions") is not None else \
+        doc.get("explain") if isinstance(doc.get("explain"), dict) else None
+    if not report:
+        return None
+    parts = []
+    violation = report.get("shape_violation")
+    if violation:
+        parts.append(f"<div class=\"bad\">{h(violation['source'])} was marked dynamic, but {h(violation['at'])} "
+                     f"<span class=\"mono\">{h(violation['code'])}</span> made it the constant {h(violation['value'])}"
+                     f"</div><div class=\"note\">fix: {h(violation['fix'])}</div>")
+    for fn in report.get("functions") or []:
+        sh = fn.get("shapes") or {}
+        if not sh.get("frames"):
+            continue
+        parts.append(f"<h3>{h(fn['function'])}</h3>")
+        rows = []
+        for frame in sh["frames"]:
+            dims = "; ".join(f"{i['name']}: " + ", ".join(
+                f"dim {d['dim']} = {d['size']} {d['state']}" + (f" at {d['specialized_at']}" if d.get("specialized_at")
+                                                                 else "") for d in i["dims"]) for i in frame["inputs"])
+            made = [(f"guard {g['expr']}", g) for g in frame["guards"]] + \
+                [(f"specialized {s['source']} = {s['value']}", s) for s in frame["specializations"]]
+            why = "".join(f"<div><span class=\"mono\">{h(what)}</span> at {h(g['at'] or 'no user line recorded')} "
+                          f"<span class=\"mono\">{h(g['code'])}</span><div class=\"note\">{h(g['cause'])}"
+                          + (f"; fix: {h(g['fix'])}" if g["fix"] else "") + "</div></div>" for what, g in made)
+            rows.append((frame["compile_id"], dims, ("html", why)))
+        parts.append(table(["compile", "input dims", "shape guards and specializations"], rows))
+        for r in fn.get("recompiles") or []:
+            size = r.get("size")
+            if size:
+                made = f"{size['created_at']} {size['code']}" if size["created_at"] else "no user line"
+                parts.append(f"<div class=\"bad\">recompile: guard <span class=\"mono\">{h(size['failed_guard'])}"
+                             f"</span> of compile {h(size['compile_id'])} failed; made at {h(made)}</div>"
+                             f"<div class=\"note\">why: {h(size['cause'])}</div>")
+        for storm in sh.get("storms") or []:
+            parts.append(f"<div class=\"bad\">recompile storm: {h(storm['source'])} never stabilized: "
+                         f"{h(storm['recompiles'])} recompiles over sizes {h(', '.join(map(str, storm['sizes'])))}"
+                         f"</div><div class=\"note\">fix: {h(storm['fix'])}</div>")
+    return "".join(parts) or None
+
+
 PANES = (("fx", "FX graph"), ("ir", "loop IR"), ("cpp", "C++"))
 
 
@@ -553,6 +599,7 @@ SECTIONS = (
     ("bisect", "Bisection", bisect_section),
     ("graphs", "Graphs, breaks and recompiles", graphs_section),
     ("caches", "Compile caches: hits, misses and why", caches_section),
+    ("shapes", "Shapes: dims, guards and specializations", shapes_section),
     ("code", "FX code, loop IR and C++", code_section),
     ("dynamo_code", "What Dynamo made of the code", dynamo_code_section),
     ("timings", "Stage timings", timings_section),
