@@ -120,6 +120,7 @@ def track(fn: Callable, names: Optional[dict] = None) -> tuple:
         raise Busy("torch.profiler is already running")
     _active[0] = True
     try:
+        from tdbg.minifier.runs.instrument import _stderr_silenced
         with _stderr_silenced():   # Kineto logs start/stop (and unknown-free warnings) on fd 2
             prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
             prof.start()
@@ -169,20 +170,6 @@ def _allocations(prof) -> tuple:
         ops.append(op)
     t0 = events[0][0] if events else 0
     return [(t - t0, d, p) for t, d, p in events], ops
-
-
-@contextlib.contextmanager
-def _stderr_silenced():
-    import sys
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 # ---------------------------------------------------------------- records
