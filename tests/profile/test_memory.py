@@ -107,28 +107,32 @@ def test_tdbg_fuses_a_pointwise_chain_that_eager_materializes(tmp_path):
     assert "within --max-memory-ratio 0.6" in result.output
 
 
-def test_a_decomposed_gelu_materializes_what_eager_runs_as_one_op(tmp_path):
-    result, doc = _memory(tmp_path, "memory_train.py", "--backend", "aot_eager", "--calls", "1")
+HIDDEN = 512 * 512 * 4   # memory_train.py: the first Linear's and the GELU's outputs, saved by both
+
+
+def _training(tmp_path, backend):
+    """memory_train.py's one call under `backend`: (document, forward call, backward call), with
+    what every backend must agree on checked: both parts measured, the same bytes saved for backward."""
+    result, doc = _memory(tmp_path, "memory_train.py", "--backend", backend, "--calls", "1")
     assert result.exit_code == 0, result.output
     forward, backward = _calls(doc)
     assert (forward["kind"], backward["kind"]) == ("forward", "backward")
-    hidden = 512 * 512 * 4   # the first Linear's and the GELU's outputs, saved by both
-    assert forward["eager_saved_bytes"] == forward["compiled_saved_bytes"] == 2 * hidden
+    assert forward["eager_saved_bytes"] == forward["compiled_saved_bytes"] == 2 * HIDDEN
+    return doc, forward, backward
+
+
+def test_a_decomposed_gelu_materializes_what_eager_runs_as_one_op(tmp_path):
+    doc, forward, backward = _training(tmp_path, "aot_eager")
     # AOTAutograd's GELU decomposition (x * 0.5, erf(x * 0.7071), ...) runs op by op: at least one
     # more hidden-sized intermediate alive at the compiled peak than at eager's (one aten::gelu)
-    assert forward["compiled_peak_bytes"] - forward["eager_peak_bytes"] >= hidden
+    assert forward["compiled_peak_bytes"] - forward["eager_peak_bytes"] >= HIDDEN
     # the backward: the same aten graph run by eager and by aot_eager (which runs it as is)
     assert backward["compiled_peak_bytes"] == backward["eager_peak_bytes"]
 
 
 @pytest.mark.slow
 def test_training_measures_forward_saved_bytes_and_the_backward_graph(tmp_path):
-    result, doc = _memory(tmp_path, "memory_train.py", "--backend", "inductor", "--calls", "1")
-    assert result.exit_code == 0, result.output
-    forward, backward = _calls(doc)
-    assert (forward["kind"], backward["kind"]) == ("forward", "backward")
-    hidden = 512 * 512 * 4   # the first Linear's and the GELU's outputs, saved by both
-    assert forward["eager_saved_bytes"] == forward["compiled_saved_bytes"] == 2 * hidden
+    doc, forward, backward = _training(tmp_path, "inductor")
     assert forward["compiled_output_bytes"] == 512 * 256 * 4
     # eager runs the backward aten graph op by op; tdbg fuses GELU's backward
     assert backward["compiled_peak_bytes"] < backward["eager_peak_bytes"]
