@@ -15,6 +15,10 @@ A spec (the data a repro file holds):
             {"kind": "source", "name": N, "source": S} (a function from the script itself)
   aot       {"family": "tdbg"|"torch:inductor"|"aot_autograd", "graph": "forward"|"backward"|"inference"}
   config, check_accuracy, tolerance, ignore_non_fp
+  dynamic   {input name: the symbols its sizes had when it failed}: a tensor's, one entry per dim
+            (the size's symbolic expression as text, e.g. "s77", or None where static); an int
+            input's, a 1-tuple. Those dims compile symbolic again (`symbolic_inputs`), so a backend
+            sees the graph with symbolic shapes as it did, not one specialized to these sizes
 Outcomes are dicts: kind (pass, invalid, cannot_run, compile_error, runtime_error, accuracy,
 crash, hang), exc_type, message, pattern, stage, outputs, signal, mismatches.
 """
@@ -417,38 +421,115 @@ def propagate_meta(gm, inputs):
                                          for x in fresh(inputs)])
 
 
-def _aot_tdbg(gm, inputs, spec, folder, graph):
+def _aot_tdbg(gm, examples, spec, folder, graph):
     compile_aten = _tdbg("tdbg.compiler").compile_aten
-    propagate_meta(gm, inputs)
-    return compile_aten(gm, fresh(inputs), tdbg_config(spec), graph_name="repro", kind=graph)
+    return compile_aten(gm, examples, tdbg_config(spec), graph_name="repro", kind=graph)
 
 
-def _aot_inductor(gm, inputs, spec, folder, graph):
+def _aot_inductor(gm, examples, spec, folder, graph):
     from torch._inductor.compile_fx import compile_fx_inner
-    propagate_meta(gm, inputs)
-    return unboxed(compile_fx_inner(gm, fresh(inputs), is_backward=graph == "backward",
+    return unboxed(compile_fx_inner(gm, examples, is_backward=graph == "backward",
                                     is_inference=graph == "inference"))
 
 
-def _aot_autograd(gm, inputs, spec, folder, graph):
+def _aot_autograd(gm, examples, spec, folder, graph):
     backend = resolve_backend(spec, folder)
     kwargs = getattr(backend, "kwargs", None)
     if not isinstance(kwargs, dict) or "fw_compiler" not in kwargs:
         raise CannotRun(f"the backend {spec.get('backend')} is no longer an aot_autograd(...) backend")
     compiler = kwargs.get(AOT_COMPILER_KEYS[graph]) or kwargs["fw_compiler"]
-    return unboxed(compiler(gm, fresh(inputs)))
+    return unboxed(compiler(gm, examples))
 
 
-# family -> how its per-graph compiler compiles one aten graph (what the backend does after AOT)
+# family -> how its per-graph compiler compiles one aten graph (what the backend does after AOT),
+# given the graph (its nodes' meta["val"] set) and the example inputs AOTAutograd would pass
 AOT_FAMILIES = {"tdbg": _aot_tdbg, "torch:inductor": _aot_inductor, "aot_autograd": _aot_autograd}
+# the compilers that read node.meta["val"] (a static graph gets it only for them, as before)
+FAMILIES_READING_META = ("tdbg", "torch:inductor")
 
 
 def compile_graph(gm, inputs, spec, folder):
-    """A callable(*args) running `gm` compiled the way the spec says it failed."""
+    """A callable(*args) running `gm` compiled the way the spec says it failed: with symbolic
+    sizes where spec["dynamic"] records them (`compile_symbolic`), else on these static shapes."""
+    dims = dynamic_dims(gm, spec)
+    if dims:
+        return compile_symbolic(gm, inputs, spec, folder, dims)
     if spec.get("after", "aot") == "aot":
         aot = aot_of(spec)
-        return AOT_FAMILIES[aot["family"]](gm, inputs, spec, folder, aot["graph"])
+        if aot["family"] in FAMILIES_READING_META:
+            propagate_meta(gm, inputs)
+        return AOT_FAMILIES[aot["family"]](gm, fresh(inputs), spec, folder, aot["graph"])
     return resolve_backend(spec, folder)(gm, fresh(inputs))
+
+
+# ---------------------------------------------------------------- symbolic sizes
+
+# a placeholder's meta key holding its recorded symbols (a saved graph's, see saved_io.load_graph)
+DYNAMIC_META = "tdbg_dynamic"
+
+
+def dynamic_dims(gm, spec):
+    """Per placeholder of `gm`, in order, its recorded symbols as a tuple (spec["dynamic"] by
+    input name, else the placeholder's meta[DYNAMIC_META]) or None; [] when no input of `gm` has
+    any (the graph compiles static)."""
+    recorded = spec.get("dynamic") or {}
+    dims = [tuple(recorded.get(n.target) or n.meta.get(DYNAMIC_META) or ()) or None
+            for n in gm.graph.nodes if n.op == "placeholder"]
+    return dims if any(dims) else []
+
+
+def symbolic_inputs(inputs, dims):
+    """(fake mode, fakes, examples) for compiling with symbolic sizes, all in one fresh ShapeEnv.
+
+    Each tensor dim with a recorded symbol, and each int input with one, becomes a symbol
+    duck-sized as Dynamo sizes them (equal sizes share one symbol; sizes 0 and 1 specialize,
+    as they did when the graph was made); the other dims stay static. `fakes` are what
+    AOTAutograd passes its compilers; `examples` what Dynamo passes a backend: the real tensors
+    (their fakes memoized in the mode, so a backend that fakeifies them again gets the symbolic
+    ones) and SymInts for the int inputs. The ShapeEnv names its symbols itself (e.g. s82 for a
+    recorded s77): the symbols are the same where they were shared, not in name."""
+    from torch._dynamo.source import ConstantSource, LocalSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    fakes, examples = [], []
+    for i, (value, symbols) in enumerate(zip(inputs, dims)):
+        if isinstance(value, torch.Tensor):
+            sizes = [DimDynamic.DUCK if symbols and k < len(symbols) and symbols[k] else DimDynamic.STATIC
+                     for k in range(value.dim())]
+            fake = mode.from_tensor(value, source=LocalSource(f"input{i}"),
+                                    symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
+            fakes.append(fake)
+            examples.append(value)
+        elif symbols and isinstance(value, int) and not isinstance(value, bool):
+            source = ConstantSource(f"input{i}")
+            symbol = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DUCK)
+            fakes.append(env.create_symintnode(symbol, hint=value, source=source))
+            examples.append(fakes[-1])
+        else:
+            fakes.append(value)
+            examples.append(value)
+    return mode, fakes, examples
+
+
+def compile_symbolic(gm, inputs, spec, folder, dims):
+    """Compile `gm` as its backend got it when the graph had symbolic sizes: every node's
+    meta["val"] (and Dynamo's "example_value") a fake of the symbolic inputs, under a tracing
+    context holding their fake mode (where Dynamo and AOTAutograd leave theirs)."""
+    from torch._guards import TracingContext, tracing
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode, fakes, examples = symbolic_inputs(fresh(inputs), dims)
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            node.meta["example_value"] = node.meta["val"]
+    with tracing(TracingContext(mode)):
+        if spec.get("after", "aot") == "aot":
+            aot = aot_of(spec)
+            return AOT_FAMILIES[aot["family"]](gm, fakes, spec, folder, aot["graph"])
+        return resolve_backend(spec, folder)(gm, examples)
 
 
 # ---------------------------------------------------------------- outcomes
@@ -750,7 +831,8 @@ def _spawned(namespace, out, timeout):
 def _child(namespace, out_path):
     folder = os.path.dirname(os.path.abspath(namespace["__file__"]))
     spec = {"after": namespace["AFTER"], "backend": namespace["BACKEND"], "aot": namespace.get("AOT"),
-            "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
+            "config": namespace.get("CONFIG", {}), "dynamic": namespace.get("DYNAMIC", {}),
+            **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
         gm = trace_repro(repro_module(namespace, folder))

@@ -45,6 +45,9 @@ class InputSpec:
     dtype: str = ""
     requires_grad: bool = False
     value: Any = None          # non-tensor inputs (ints, floats, bools)
+    # the symbols its sizes had in the failing graph (`symbolic_dims`): per tensor dim the
+    # size's expression as text or None (static); for an int input, a 1-tuple; () all static
+    dynamic: tuple = ()
 
     @property
     def is_tensor(self) -> bool:
@@ -151,7 +154,8 @@ class Case:
     @property
     def key(self) -> str:
         if self._key is None:
-            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs]
+            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}|{s.dynamic}"
+                    for s in self.inputs]
             rows += [f"constant {s.name}|{s.sha}|{s.shape}|{s.stride}|{s.dtype}" for s in self.constants]
             text = module_source(self.gm.graph) + "\n" + "\n".join(rows)
             self._key = hashlib.sha256(text.encode()).hexdigest()
@@ -172,6 +176,47 @@ class Case:
         """A Case of an edited copy of this graph: its constants are the ones `graph` still reads."""
         used = {n.target for n in graph.nodes if n.op == "get_attr"}
         return Case(make_gm(graph, self.gm), tuple(inputs), tuple(c for c in self.constants if c.name in used))
+
+
+def symbolic_dims(value) -> tuple:
+    """The symbols of a traced value's sizes (a placeholder's fake value): for a tensor one entry
+    per dim, the size's sympy expression as text where it has free symbols, else None; for a
+    SymInt a 1-tuple; () when nothing is symbolic. Read from the expressions, never by comparing
+    sizes (that would add guards to the ShapeEnv of a graph still being compiled)."""
+    def text(size):
+        expr = size.node.expr if isinstance(size, torch.SymInt) else None
+        return str(expr) if expr is not None and expr.free_symbols else None
+    if isinstance(value, torch.SymInt):
+        return (text(value),) if text(value) else ()
+    if isinstance(value, torch.Tensor):
+        dims = tuple(text(size) for size in value.shape)
+        return dims if any(dims) else ()
+    return ()
+
+
+def dynamic_table(specs) -> dict:
+    """{input name: its dynamic tuple} for the inputs that have symbolic sizes: the spec's
+    "dynamic" (runtime.py) and repro.py's DYNAMIC."""
+    return {s.name: tuple(s.dynamic) for s in specs if s.dynamic}
+
+
+def duck_dims(spec: InputSpec, inputs) -> InputSpec:
+    """`spec` (a value the minifier turned into an input) with the symbols of its sizes, taken
+    from the dynamic `inputs` by size as Dynamo's duck sizing does: a dim whose size is the
+    current size of a symbol (a plain one, of size > 1) gets it. A spec that has its own, or a
+    graph without symbols, is returned unchanged."""
+    sizes = {}
+    for s in inputs:
+        for size, symbol in zip(s.shape if s.is_tensor else (s.value,), s.dynamic):
+            if symbol and symbol.isidentifier() and isinstance(size, int) and size > 1:
+                sizes.setdefault(size, symbol)
+    if spec.dynamic or not sizes:
+        return spec
+    if spec.is_tensor:
+        dims = tuple(sizes.get(d) for d in spec.shape)
+    else:
+        dims = (sizes.get(spec.value),) if isinstance(spec.value, int) and not isinstance(spec.value, bool) else ()
+    return replace(spec, dynamic=dims if any(dims) else ())
 
 
 def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.GraphModule:
@@ -204,7 +249,8 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore, *,
         raise ValueError(f"graph has {len(placeholders)} inputs but {len(values)} values were given")
     for node, value in zip(placeholders, values):
         env[node] = graph.placeholder(node.name)
-        specs.append(store.spec(node.name, value))
+        meta = node.meta.get("example_value", node.meta.get("val"))
+        specs.append(replace(store.spec(node.name, value), dynamic=symbolic_dims(meta)))
     root = torch.nn.Module()
     for node in gm.graph.nodes:
         if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), fx.GraphModule) and not (

@@ -1,7 +1,10 @@
 """Shrink tensor shapes: cut input tensors down (leading slices, real values kept) while the
 failure persists. A size shared by several inputs shrinks in all of them together first (so
 broadcasting and same-shape ops stay valid), then in one input at a time; each size tries 1,
-then halves."""
+then halves. In a graph with symbolic sizes, an int input that is a symbol of that size (Dynamo
+passes a dynamic size as one) shrinks with the tensors, so the graph stays consistent."""
+from dataclasses import replace
+
 from tdbg.minifier.reduce.surgery import replace_inputs, shrunk
 
 
@@ -14,6 +17,8 @@ def _shrink(state, size: int, target: int, only=None):
     for s in state.current.inputs:
         if s.is_tensor and (only is None or s.name == only) and size in s.shape:
             new[s.name] = shrunk(state.store, s, tuple(target if d == size else d for d in s.shape))
+        elif only is None and not s.is_tensor and s.dynamic and s.value == size and type(size) is type(s.value):
+            new[s.name] = replace(s, value=target)
     return replace_inputs(state.current, new) if new else None
 
 

@@ -1,0 +1,163 @@
+"""Graphs with symbolic sizes (torch.compile dynamic=True, or automatic dynamic after a second
+size) through the minifier's files and the saved-io folder: which input dims were dynamic is
+recorded, and every recompile (minifier query, repro.py, replay, compare) gives the backend the
+graph with the same symbolic sizes, not one specialized to the saved sizes. The backend here is
+right on static graphs and wrong on symbolic ones past 64 rows, as a size-generic kernel with a
+broken vector tail would be: a repro that specialized would say "Not reproduced"."""
+import json
+import pprint
+import subprocess
+import sys
+
+import torch
+
+from tdbg.minifier.artifacts.graph_io import (InputSpec, TensorStore, case_source, duck_dims, dynamic_table,
+                                              from_graph_module, trace_source)
+from tdbg.minifier.artifacts.repro import Dump, load, write
+from tdbg.minifier.artifacts.saved_io import Writer, load_graph
+from tdbg.minifier.diagnose.replay import replay
+from tdbg.minifier.reduce.oracle import evaluate
+from tdbg.minifier.reduce.session import with_dynamic
+from tdbg.minifier.reduce.surgery import replace_with_input
+
+WRONG_IF_DYNAMIC = '''
+def wrong_if_dynamic(gm, example_inputs):
+    def symbolic(v):
+        return isinstance(v, torch.SymInt) or (
+            isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape))
+    metas = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if not any(symbolic(v) for v in metas):
+        return gm.forward
+    def run(*args):
+        return tuple(o + 1 if o.dim() and o.shape[0] > 64 else o for o in gm(*args))
+    return run
+'''
+BACKEND = {"kind": "source", "name": "wrong_if_dynamic", "source": WRONG_IF_DYNAMIC}
+SPEC = {"after": "dynamo", "backend": BACKEND, "config": {}, "check_accuracy": True}
+
+
+def f(x, w):
+    return (torch.relu(x @ w).view(x.shape[0], 4) * 2,)
+
+
+def dynamic_case(rows=100):
+    """The Dynamo graph of `f` made with dynamic=True, as a Case with its real inputs."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x, w = torch.randn(rows, 8), torch.randn(8, 4)
+    torch.compile(f, backend=capture, dynamic=True)(x, w)
+    gm, example = graphs[-1]
+    real = [v.node.hint if isinstance(v, torch.SymInt) else v for v in example]
+    store = TensorStore()
+    return from_graph_module(gm, real, store), store
+
+
+def structure(case) -> list:
+    """Each input's dynamic tuple with the symbols renamed a, b, ... in order of appearance
+    (the ShapeEnv's symbol names are hashes of the sources)."""
+    names: dict = {}
+    out = []
+    for s in case.inputs:
+        out.append((s.name, tuple(None if d is None else names.setdefault(d, "abcdefgh"[len(names)]) for d in s.dynamic)))
+    return out
+
+
+def test_a_dynamic_graph_records_which_input_dims_were_symbolic():
+    case, _ = dynamic_case()
+    # dynamic=True: x's and w's sizes are symbols; x's 8 and w's 8 share one (duck sizing), and
+    # Dynamo passes them as int inputs too; w's 4 is static (`view(rows, 4)` specialized it)
+    assert [(s.is_tensor, s.shape if s.is_tensor else s.value) for s in case.inputs] == [
+        (False, 100), (False, 8), (True, (100, 8)), (True, (8, 4))]
+    assert [d for _, d in structure(case)] == [("a",), ("b",), ("a", "b"), ("b", None)]
+    table = dynamic_table(case.inputs)
+    assert set(table) == {s.name for s in case.inputs}
+    assert all(d is None or (isinstance(d, str) and d.startswith("s")) for dims in table.values() for d in dims)
+
+
+def test_queries_compile_with_the_recorded_symbols_so_a_dynamic_only_bug_reproduces():
+    case, store = dynamic_case()
+    gm = trace_source(case_source(case))
+    inputs = store.values(case.inputs)
+    spec = with_dynamic(SPEC, case)
+    assert spec["dynamic"] == dynamic_table(case.inputs)
+    assert evaluate(gm, inputs, spec).kind == "accuracy"
+    # the same graph and inputs compiled static (what every query did before): the bug hides
+    assert evaluate(trace_source(case_source(case)), store.values(case.inputs), SPEC).kind == "pass"
+
+
+def test_symbolic_sizes_stay_where_the_bug_needs_them_and_static_inputs_stay_static():
+    case, store = dynamic_case(rows=40)   # 40 rows: below the bug's 64
+    spec = with_dynamic(SPEC, case)
+    assert evaluate(trace_source(case_source(case)), store.values(case.inputs), spec).kind == "pass"
+
+
+def test_a_value_turned_into_an_input_gets_the_symbols_of_its_sizes():
+    case, store = dynamic_case()
+    values = dict(zip([n.name for n in case.gm.graph.nodes],
+                      [None] * len(case.gm.graph.nodes)))
+    values["matmul"] = torch.randn(100, 4)
+    smaller = replace_with_input(case, "matmul", values, store)
+    spec = next(s for s in smaller.inputs if s.name == "matmul_in")
+    symbols = dict(structure(case))
+    named = {s.name: s for s in case.inputs}
+    # 100 is x's row symbol; 4 is static
+    assert spec.dynamic == (named["l_x_"].dynamic[0], None)
+    assert symbols["l_x_"][0] == "a"
+    # sizes no symbol has, and graphs without symbols, add none
+    assert duck_dims(InputSpec("t", "x", (3, 5), (5, 1), "torch.float32"), case.inputs).dynamic == ()
+    assert duck_dims(InputSpec("t", "x", (100,), (1,), "torch.float32"), ()).dynamic == ()
+
+
+def test_repro_py_records_dynamic_and_reproduces_in_a_fresh_process(tmp_path):
+    case, store = dynamic_case()
+    write(str(tmp_path / "r"), Dump(case, store, SPEC, {"kind": "accuracy"}, title="dynamic graph"))
+    text = (tmp_path / "r" / "repro.py").read_text()
+    assert "DYNAMIC = " + pprint.pformat(dynamic_table(case.inputs), width=100, sort_dicts=True) in text
+    assert [s.dynamic for s in load(str(tmp_path / "r")).case.inputs] == [s.dynamic for s in case.inputs]
+    run = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "r", capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 16, run.stdout + run.stderr
+    assert run.stdout.startswith("Reproduced: accuracy mismatch in out[0]")
+
+
+def test_saved_io_replays_a_symbolic_graph_with_its_symbols(tmp_path):
+    from tdbg.repro_templates.runtime import symbolic_inputs
+    case, store = dynamic_case()
+    gm = trace_source(case_source(case))
+    inputs = store.values(case.inputs)
+    # the placeholders' example values Dynamo leaves on a graph with symbolic sizes
+    _, fakes, _ = symbolic_inputs(inputs, [s.dynamic or None for s in case.inputs])
+    for node, fake in zip([n for n in gm.graph.nodes if n.op == "placeholder"], fakes):
+        node.meta["example_value"] = fake
+    writer = Writer(str(tmp_path / "io"), {"backend": "wrong_if_dynamic", "after": "dynamo"})
+    expected = list(gm(*inputs))
+    writer.add(kind="dynamo", graph=0, call=2, gm=gm, inputs=inputs, expected=expected, compiled=expected,
+               compiled_error=None, node_sources={}, replay=dict(SPEC), signature="sig")
+    writer.finish()
+    meta = json.loads((tmp_path / "io" / "g0_dynamo_c2" / "meta.json").read_text())
+    saved = load_graph(str(tmp_path / "io" / "g0_dynamo_c2"))
+    renamed = {s.name: s for s in saved_specs(saved, meta)}
+    assert [d for _, d in structure_of(renamed.values())] == [d for _, d in structure(case)]
+    result = replay(saved)
+    assert (result.status, result.stage) == ("failed", "accuracy")
+    assert abs(result.max_abs_error - 1) < 1e-5   # the backend's +1, on the 100-row call
+    # another backend given the graph whole still sees it symbolic (the graph carries its symbols)
+    placeholders = [n for n in saved.gm.graph.nodes if n.op == "placeholder"]
+    assert [tuple(n.meta.get("tdbg_dynamic") or ()) for n in placeholders] == [s.dynamic for s in renamed.values()]
+    assert replay(saved, "aot_eager").status == "ok"
+
+
+def saved_specs(saved, meta) -> list:
+    dynamic = meta["replay"]["dynamic"]
+    return [InputSpec(r["name"], dynamic=tuple(dynamic.get(r["name"]) or ())) for r in meta["inputs"]]
+
+
+def structure_of(specs) -> list:
+    class _Case:
+        inputs = tuple(specs)
+    return structure(_Case)
