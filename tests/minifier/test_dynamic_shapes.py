@@ -161,3 +161,21 @@ def structure_of(specs) -> list:
     class _Case:
         inputs = tuple(specs)
     return structure(_Case)
+
+
+def test_shrink_shapes_keeps_symbolic_dims_symbolic_and_their_int_inputs_consistent():
+    from tdbg.minifier.reduce.engine import State
+    from tdbg.minifier.reduce.passes import BY_NAME
+    case, store = dynamic_case()
+    x_dims = dict(zip(case.inputs[2].dynamic, range(2)))   # symbol -> its dim in x
+
+    def consistent(c):
+        """What eager would ask: each int symbol input is still the size of its dim of x."""
+        x = c.inputs[2]
+        return all(s.value == x.shape[x_dims[s.dynamic[0]]] for s in c.inputs if not s.is_tensor)
+    state = State(case, consistent, store)
+    BY_NAME["shrink_shapes"](state)
+    # x's dims and w's first are symbolic: they stop at 2 (1 would be specialized); w's static
+    # 4 goes to 1; the int inputs shrank along with the tensors
+    assert [s.shape if s.is_tensor else s.value for s in state.current.inputs] == [2, 2, (2, 2), (2, 1)]
+    assert [s.dynamic for s in state.current.inputs] == [s.dynamic for s in case.inputs]
