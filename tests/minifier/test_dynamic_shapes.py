@@ -179,3 +179,28 @@ def test_shrink_shapes_keeps_symbolic_dims_symbolic_and_their_int_inputs_consist
     # 4 goes to 1; the int inputs shrank along with the tensors
     assert [s.shape if s.is_tensor else s.value for s in state.current.inputs] == [2, 2, (2, 2), (2, 1)]
     assert [s.dynamic for s in state.current.inputs] == [s.dynamic for s in case.inputs]
+
+
+def test_dumping_before_compiling_leaves_a_symbolic_graph_symbolic(tmp_path):
+    """Level 3 dumps every aten graph before compiling it, with random inputs of its sizes: it
+    reads the sizes' hints, never int() or == on a SymInt (those add guards: the graph would be
+    specialized to its first size and recompiled for each other one)."""
+    from tdbg.compiler.config import from_env
+    from tdbg.minifier.artifacts.dump import wrap_backend
+    from tdbg.minifier.runs.backends import resolve
+    compiled = []
+    config = from_env()
+    backend = wrap_backend(resolve("aot_eager", config), after="aot", level=3, out_dir=str(tmp_path), config=config)
+
+    def counting(gm, example_inputs):
+        compiled.append(gm)
+        return backend(gm, example_inputs)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: (torch.relu(x) * 2,), backend=counting, dynamic=True)
+    for rows in (100, 30, 50):
+        fn(torch.randn(rows, 8))
+    assert len(compiled) == 1
+    # its launcher (rewritten with the first call's real inputs) keeps every dim symbolic
+    dump = load(str(tmp_path / "graph_0" / "minifier_launcher.py"))
+    assert [(s.shape if s.is_tensor else s.value) for s in dump.case.inputs] == [100, 8, (100, 8)]
+    assert [d for _, d in structure(dump.case)] == [("a",), ("b",), ("a", "b")]
