@@ -200,6 +200,22 @@ def dynamic_table(specs) -> dict:
     return {s.name: tuple(s.dynamic) for s in specs if s.dynamic}
 
 
+def symbolic_text(specs) -> str:
+    """The dynamic inputs in one line, each size as `symbol=size`: "x: float32[s77=100, 8], s77=100"
+    ("" when none is dynamic)."""
+    parts = []
+    for s in specs:
+        if not s.dynamic:
+            continue
+        if s.is_tensor:
+            dims = ", ".join(f"{sym}={d}" if sym else str(d) for d, sym in zip(s.shape, s.dynamic))
+            parts.append(f"{s.name}: {s.dtype.replace('torch.', '')}[{dims}]")
+        else:
+            symbol = f"{s.dynamic[0]}={s.value!r}"
+            parts.append(symbol if s.name == s.dynamic[0] else f"{s.name}: {symbol}")
+    return ", ".join(parts)
+
+
 def duck_dims(spec: InputSpec, inputs) -> InputSpec:
     """`spec` (a value the minifier turned into an input) with the symbols of its sizes, taken
     from the dynamic `inputs` by size as Dynamo's duck sizing does: a dim whose size is the

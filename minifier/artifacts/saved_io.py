@@ -146,6 +146,17 @@ class SavedGraph:
         return dict(self.meta.get("replay") or {})
 
     @property
+    def symbolic_text(self) -> str:
+        """The inputs whose sizes were symbolic, as graph_io.symbolic_text writes them ("" if none):
+        a replay compiles them symbolic again."""
+        from tdbg.minifier.artifacts.graph_io import InputSpec, symbolic_text
+        dynamic = self.replay_spec.get("dynamic") or {}
+        specs = [InputSpec(r.get("name", "?"), shape=tuple(r.get("shape") or ()), dtype=r.get("dtype") or "",
+                           value=r.get("value"), dynamic=tuple(dynamic.get(r.get("name")) or ()))
+                 for r in self.meta.get("inputs") or []]
+        return symbolic_text(specs)
+
+    @property
     def source_sha256(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
 

@@ -90,7 +90,8 @@ class Report:
             r = self.result
             d["original"] = {"nodes": r.original.num_nodes, "inputs": r.original.num_inputs}
             d["minimized"] = {"nodes": r.minimized.num_nodes, "inputs": r.minimized.num_inputs,
-                              "code": case_source(r.minimized)}
+                              "code": case_source(r.minimized),
+                              "dynamic": {k: list(v) for k, v in dynamic_table(r.minimized.inputs).items()}}
             d["stats"] = {"queries": r.stats.queries, "cache_hits": r.stats.cache_hits,
                           "adopted": r.stats.adopted, "rounds": r.stats.rounds,
                           "seconds": round(r.stats.seconds, 3), "per_pass": r.stats.per_pass}

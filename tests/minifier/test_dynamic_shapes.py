@@ -150,6 +150,11 @@ def test_saved_io_replays_a_symbolic_graph_with_its_symbols(tmp_path):
     placeholders = [n for n in saved.gm.graph.nodes if n.op == "placeholder"]
     assert [tuple(n.meta.get("tdbg_dynamic") or ()) for n in placeholders] == [s.dynamic for s in renamed.values()]
     assert replay(saved, "aot_eager").status == "ok"
+    ran = subprocess.run([sys.executable, "-m", "tdbg.cli.main", "replay", str(tmp_path / "io")],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 16, ran.stdout + ran.stderr
+    x = saved_specs(saved, meta)[2]
+    assert f"  symbolic sizes: {saved_specs(saved, meta)[0].name}: {x.dynamic[0]}=100, " in ran.stdout
 
 
 def saved_specs(saved, meta) -> list:
@@ -204,3 +209,12 @@ def test_dumping_before_compiling_leaves_a_symbolic_graph_symbolic(tmp_path):
     dump = load(str(tmp_path / "graph_0" / "minifier_launcher.py"))
     assert [(s.shape if s.is_tensor else s.value) for s in dump.case.inputs] == [100, 8, (100, 8)]
     assert [d for _, d in structure(dump.case)] == [("a",), ("b",), ("a", "b")]
+
+
+def test_symbolic_sizes_are_written_with_their_values():
+    from tdbg.minifier.artifacts.graph_io import symbolic_text
+    specs = [InputSpec("s77", value=100, dynamic=("s77",)), InputSpec("arg1_1", value=8, dynamic=("s27",)),
+             InputSpec("x", "ab", (100, 8), (8, 1), "torch.bfloat16", dynamic=("s77", None)),
+             InputSpec("w", "cd", (8, 4), (4, 1), "torch.float32")]
+    assert symbolic_text(specs) == "s77=100, arg1_1: s27=8, x: bfloat16[s77=100, 8]"
+    assert symbolic_text(specs[3:]) == ""
