@@ -218,3 +218,38 @@ def test_symbolic_sizes_are_written_with_their_values():
              InputSpec("w", "cd", (8, 4), (4, 1), "torch.float32")]
     assert symbolic_text(specs) == "s77=100, arg1_1: s27=8, x: bfloat16[s77=100, 8]"
     assert symbolic_text(specs[3:]) == ""
+
+
+AOT_SEEN = '''
+from torch._dynamo.backends.common import aot_autograd
+
+SEEN = []
+
+
+def _fw(gm, example_inputs):
+    SEEN.append([tuple(type(s).__name__ for s in x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                 for x in example_inputs])
+    return gm
+
+
+aot_seen = aot_autograd(fw_compiler=_fw)
+'''
+
+
+def test_after_aot_the_per_graph_compiler_gets_fakes_with_symbolic_sizes(tmp_path):
+    """After aot, a per-graph compiler gets what AOTAutograd gives it: fake inputs whose recorded
+    dims are SymInts (static dims stay ints), and a SymInt for an int input with a symbol."""
+    from tdbg.repro_templates.runtime import compile_graph
+    (tmp_path / "seen_backend.py").write_text("import torch\n" + AOT_SEEN)
+    case, store = dynamic_case()
+    backend = {"kind": "import", "module": "seen_backend", "attr": "aot_seen", "files": ["seen_backend.py"],
+               "root": str(tmp_path)}
+    spec = {"after": "aot", "aot": {"family": "aot_autograd", "graph": "inference"}, "backend": backend,
+            "config": {}, "dynamic": {case.inputs[0].name: case.inputs[0].dynamic,
+                                      "l_x_": (case.inputs[2].dynamic[0], None)}}
+    inputs = store.values(case.inputs)
+    compiled = compile_graph(trace_source(case_source(case)), inputs, spec, str(tmp_path))
+    seen = sys.modules["seen_backend"].SEEN
+    # x's rows symbolic (and their int input); the 8 recorded nowhere in this spec: an int, x's 8 static
+    assert seen == [["SymInt", "int", ("SymInt", "int"), ("int", "int")]]
+    assert torch.equal(compiled(*inputs)[0], f(inputs[2], inputs[3])[0])
