@@ -483,34 +483,63 @@ def symbolic_inputs(inputs, dims):
 
     Each tensor dim with a recorded symbol, and each int input with one, becomes a symbol
     duck-sized as Dynamo sizes them (equal sizes share one symbol; sizes 0 and 1 specialize,
-    as they did when the graph was made); the other dims stay static. `fakes` are what
-    AOTAutograd passes its compilers; `examples` what Dynamo passes a backend: the real tensors
-    (their fakes memoized in the mode, so a backend that fakeifies them again gets the symbolic
-    ones) and SymInts for the int inputs. The ShapeEnv names its symbols itself (e.g. s82 for a
-    recorded s77): the symbols are the same where they were shared, not in name."""
+    as they did when the graph was made); the other dims stay static. An int input recorded as
+    an expression of other inputs' symbols (a backward graph's `s21*s77`) becomes that
+    expression of theirs (`_int_expression`). `fakes` are what AOTAutograd passes its
+    compilers; `examples` what Dynamo passes a backend: the real tensors (their fakes memoized
+    in the mode, so a backend that fakeifies them again gets the symbolic ones) and SymInts for
+    the int inputs. The ShapeEnv names its symbols itself (e.g. s82 for a recorded s77): the
+    symbols are the same where they were shared, not in name."""
     from torch._dynamo.source import ConstantSource, LocalSource
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
-    fakes, examples = [], []
+    fakes, examples = list(inputs), list(inputs)
+    made = {}    # recorded symbol name -> this ShapeEnv's sympy expression for it
+    ints = [i for i, (v, d) in enumerate(zip(inputs, dims)) if d and isinstance(v, int) and not isinstance(v, bool)]
     for i, (value, symbols) in enumerate(zip(inputs, dims)):
-        if isinstance(value, torch.Tensor):
-            sizes = [DimDynamic.DUCK if symbols and k < len(symbols) and symbols[k] else DimDynamic.STATIC
+        if isinstance(value, torch.Tensor) and symbols:
+            sizes = [DimDynamic.DUCK if k < len(symbols) and symbols[k] else DimDynamic.STATIC
                      for k in range(value.dim())]
-            fake = mode.from_tensor(value, source=LocalSource(f"input{i}"),
-                                    symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
-            fakes.append(fake)
-            examples.append(value)
-        elif symbols and isinstance(value, int) and not isinstance(value, bool):
-            source = ConstantSource(f"input{i}")
-            symbol = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DUCK)
-            fakes.append(env.create_symintnode(symbol, hint=value, source=source))
-            examples.append(fakes[-1])
-        else:
-            fakes.append(value)
-            examples.append(value)
+            fakes[i] = mode.from_tensor(value, source=LocalSource(f"input{i}"),
+                                        symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
+            for recorded, size in zip(symbols, fakes[i].shape):
+                if recorded and recorded.isidentifier() and isinstance(size, torch.SymInt):
+                    made.setdefault(recorded, size.node.expr)
+        elif isinstance(value, torch.Tensor):
+            fakes[i] = mode.from_tensor(value, static_shapes=True)
+    # plain symbols first: an expression is built from them
+    for i in sorted(ints, key=lambda i: not dims[i][0].isidentifier()):
+        value, recorded = inputs[i], dims[i][0]
+        source = ConstantSource(f"input{i}")
+        expr = made.get(recorded) if recorded.isidentifier() else _int_expression(recorded, made, env, value)
+        if expr is None:
+            expr = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DUCK)
+            if recorded.isidentifier():
+                made[recorded] = expr
+        fakes[i] = examples[i] = env.create_symintnode(expr, hint=value, source=source)
     return mode, fakes, examples
+
+
+def _int_expression(text, made, env, value):
+    """The recorded expression `text` over this ShapeEnv's symbols (`made`), when every symbol it
+    names was made and it evaluates to `value` at their sizes; else None (a symbol of its own)."""
+    import sympy
+    try:
+        expr = sympy.sympify(text, locals={name: sympy.Symbol(name, integer=True, positive=True)
+                                           for name in re.findall(r"[A-Za-z_]\w*", text)})
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    names = {str(sym) for sym in expr.free_symbols}
+    if not names or not names <= set(made):
+        return None
+    mapped = expr.xreplace({sym: made[str(sym)] for sym in expr.free_symbols})
+    values = getattr(env, "backed_var_to_val", None) or env.var_to_val   # (renamed in newer torch)
+    hints = {sym: values[sym] for sym in mapped.free_symbols if sym in values}
+    if len(hints) != len(mapped.free_symbols) or mapped.xreplace(hints) != value:
+        return None
+    return mapped
 
 
 def compile_symbolic(gm, inputs, spec, folder, dims):

@@ -216,6 +216,32 @@ def symbolic_text(specs) -> str:
     return ", ".join(parts)
 
 
+def symbol_sizes(inputs) -> dict:
+    """{plain symbol: its size now} over the dynamic inputs (tensor dims and int inputs)."""
+    sizes = {}
+    for s in inputs:
+        for size, symbol in zip(s.shape if s.is_tensor else (s.value,), s.dynamic):
+            if symbol and symbol.isidentifier() and isinstance(size, int):
+                sizes.setdefault(symbol, size)
+    return sizes
+
+
+def size_of(text: str, sizes: dict) -> Optional[int]:
+    """The value of a recorded size expression (`s21*s77`) at `sizes` ({symbol: int}); None when
+    it names a symbol without a size or is not an integer expression."""
+    import re
+
+    import sympy
+    names = set(re.findall(r"[A-Za-z_]\w*", text))
+    if not names <= set(sizes):
+        return None
+    try:
+        value = sympy.sympify(text, locals={n: sympy.Integer(sizes[n]) for n in names})
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    return int(value) if getattr(value, "is_Integer", False) else None
+
+
 def duck_dims(spec: InputSpec, inputs) -> InputSpec:
     """`spec` (a value the minifier turned into an input) with the symbols of its sizes, taken
     from the dynamic `inputs` by size as Dynamo's duck sizing does: a dim whose size is the

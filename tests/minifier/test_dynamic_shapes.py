@@ -253,3 +253,36 @@ def test_after_aot_the_per_graph_compiler_gets_fakes_with_symbolic_sizes(tmp_pat
     # x's rows symbolic (and their int input); the 8 recorded nowhere in this spec: an int, x's 8 static
     assert seen == [["SymInt", "int", ("SymInt", "int"), ("int", "int")]]
     assert torch.equal(compiled(*inputs)[0], f(inputs[2], inputs[3])[0])
+
+
+def test_shrink_shapes_recomputes_an_int_input_that_is_an_expression_of_symbols():
+    from dataclasses import replace as with_fields
+
+    from tdbg.minifier.artifacts.graph_io import size_of
+    from tdbg.minifier.reduce.engine import State
+    from tdbg.minifier.reduce.passes import BY_NAME
+    from mincases import make_case
+    case, store = make_case(lambda x, n: torch.neg(x.reshape(n)), torch.randn(10, 4), 40)
+    x, n = case.inputs
+    case = case.derive(case.gm.graph, (with_fields(x, dynamic=("s0", None)), with_fields(n, dynamic=("4*s0",))))
+
+    def consistent(c):   # eager's reshape needs n == x.numel()
+        x, n = c.inputs
+        return n.value == x.shape[0] * x.shape[1]
+    state = State(case, consistent, store)
+    BY_NAME["shrink_shapes"](state)
+    # rows (symbolic) stop at 2 and n follows as 4*s0; the static 4 cannot shrink alone
+    assert [s.shape if s.is_tensor else s.value for s in state.current.inputs] == [(2, 4), 8]
+    assert size_of("s21*s77 + 1", {"s21": 3, "s77": 5}) == 16 and size_of("s9*2", {"s1": 2}) is None
+
+
+def test_an_int_input_recorded_as_an_expression_is_that_expression_of_the_new_symbols():
+    from tdbg.repro_templates.runtime import symbolic_inputs
+    x = torch.randn(100, 4)
+    _, fakes, examples = symbolic_inputs(
+        [400, 100, x, 399, 7], [("s21*s77",), ("s77",), ("s77", "s21"), ("s21*s77",), ("s5 + s77",)])
+    rows, cols = (size.node.expr for size in fakes[2].shape)
+    assert fakes[1].node.expr == rows and fakes[0].node.expr == rows * cols
+    # a value the expression does not give, or a symbol nothing else has: a symbol of its own
+    assert fakes[3].node.expr.is_Symbol and fakes[4].node.expr.is_Symbol
+    assert examples[2] is x and [type(e).__name__ for e in examples] == ["SymInt", "SymInt", "Tensor", "SymInt", "SymInt"]

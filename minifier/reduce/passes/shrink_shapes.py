@@ -3,10 +3,11 @@ failure persists. A size shared by several inputs shrinks in all of them togethe
 broadcasting and same-shape ops stay valid), then in one input at a time; each size tries 1,
 then halves. In a graph with symbolic sizes a symbolic dim stops at 2 (a size 1 or 0 would be
 specialized, so the graph would no longer be the symbolic one that failed), and an int input that
-is a symbol of that size (Dynamo passes a dynamic size as one) shrinks with the tensors, so the
-graph stays consistent."""
+is a symbol of that size (Dynamo passes a dynamic size as one), or an expression of such symbols
+(a backward graph's `s21*s77`), shrinks with the tensors, so the graph stays consistent."""
 from dataclasses import replace
 
+from tdbg.minifier.artifacts.graph_io import size_of, symbol_sizes
 from tdbg.minifier.reduce.surgery import replace_inputs, shrunk
 
 
@@ -20,6 +21,8 @@ SMALLEST_SYMBOLIC = 2
 
 def _shrink(state, size: int, target: int, only=None):
     new = {}
+    before = symbol_sizes(state.current.inputs)
+    after = {sym: max(target, SMALLEST_SYMBOLIC) if value == size else value for sym, value in before.items()}
     for s in state.current.inputs:
         if s.is_tensor and (only is None or s.name == only) and size in s.shape:
             dyn = s.dynamic or (None,) * len(s.shape)
@@ -27,9 +30,11 @@ def _shrink(state, size: int, target: int, only=None):
                           for d, sym in zip(s.shape, dyn))
             if sizes != tuple(s.shape):
                 new[s.name] = shrunk(state.store, s, sizes)
-        elif only is None and not s.is_tensor and s.dynamic and s.value == size and type(size) is type(s.value):
-            if max(target, SMALLEST_SYMBOLIC) != size:
-                new[s.name] = replace(s, value=max(target, SMALLEST_SYMBOLIC))
+        elif only is None and not s.is_tensor and s.dynamic and type(s.value) is int:
+            # a symbol's int input, or one holding an expression of symbols (`s21*s77`)
+            value = after.get(s.dynamic[0]) if s.dynamic[0].isidentifier() else size_of(s.dynamic[0], after)
+            if value is not None and value != s.value and size_of(s.dynamic[0], before) == s.value:
+                new[s.name] = replace(s, value=value)
     return replace_inputs(state.current, new) if new else None
 
 
