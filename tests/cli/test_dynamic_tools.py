@@ -3,7 +3,7 @@ second size recompiles the graph with symbols), end to end through the CLI. The 
 user backends (file.py:function): one right on static graphs and wrong on symbolic ones past 64
 rows (a size-generic kernel's tail bug), one wrong on any graph but only for calls past 64 rows."""
 import json
-import os
+import re
 import subprocess
 import sys
 
@@ -70,8 +70,9 @@ def program(tmp_path):
 def test_run_checks_the_call_with_the_size_where_the_backend_is_wrong(program):
     code, stdout, _ = tdbg(program, "run", "dyn.py", "--backend", "bk.py:wrong_when_big")
     assert code == 16, stdout
-    # graph 1 is the symbolic recompile (sizes 16, 100): its second call is the wrong one
-    assert "  graph: 1 (frame f) forward, while running (call 2)" in stdout
+    # graph 1 is the symbolic recompile (sizes 16, 100): its second call is the wrong one, and
+    # the line says at which size its symbol was
+    assert re.search(r"  graph: 1 \(frame f\) forward, while running \(call 2; symbolic sizes s\d+=100\)\n", stdout)
     assert "out[0] (torch.float32[100]): max abs error 1 at" in stdout
 
 
