@@ -481,65 +481,69 @@ def dynamic_dims(gm, spec):
 def symbolic_inputs(inputs, dims):
     """(fake mode, fakes, examples) for compiling with symbolic sizes, all in one fresh ShapeEnv.
 
-    Each tensor dim with a recorded symbol, and each int input with one, becomes a symbol
-    duck-sized as Dynamo sizes them (equal sizes share one symbol; sizes 0 and 1 specialize,
-    as they did when the graph was made); the other dims stay static. An int input recorded as
-    an expression of other inputs' symbols (a backward graph's `s21*s77`) becomes that
-    expression of theirs (`_int_expression`). `fakes` are what AOTAutograd passes its
-    compilers; `examples` what Dynamo passes a backend: the real tensors (their fakes memoized
-    in the mode, so a backend that fakeifies them again gets the symbolic ones) and SymInts for
-    the int inputs. The ShapeEnv names its symbols itself (e.g. s82 for a recorded s77): the
-    symbols are the same where they were shared, not in name."""
-    from torch._dynamo.source import ConstantSource, LocalSource
+    Each recorded symbol becomes one symbol of this ShapeEnv (its size: the first dim or int
+    input that has it; sizes 0 and 1 specialize, as they did when the graph was made), shared by
+    every dim and int input recorded with it and by no other, even one of equal size (Dynamo's
+    duck sizing merged equal sizes when the graph was made; sizes that became equal later, e.g.
+    when the minifier shrank them, stay distinct). A dim or int input recorded as an expression
+    of those symbols (a backward graph's `s21*s77`) is that expression of them (`_expression`);
+    other dims are static. `fakes` are what AOTAutograd passes its compilers; `examples` what
+    Dynamo passes a backend: the real tensors (their fakes memoized in the mode, so a backend
+    that fakeifies them again gets the symbolic ones) and SymInts for the int inputs. The
+    ShapeEnv names its symbols itself (e.g. s45 for a recorded s77): the same symbols, not names."""
+    from torch._dynamo.source import ConstantSource, LocalSource, TensorProperty, TensorPropertySource
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatefulSymbolicContext
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    made = {}    # recorded symbol name -> this ShapeEnv's expression for it
+    for value, symbols in zip(inputs, dims):
+        sizes = tuple(value.shape) if isinstance(value, torch.Tensor) else (value,)
+        for recorded, size in zip(symbols or (), sizes):
+            if recorded and recorded.isidentifier() and recorded not in made and type(size) is int:
+                made[recorded] = env.create_symbol(size, source=ConstantSource(recorded), dynamic_dim=DimDynamic.DYNAMIC)
     fakes, examples = list(inputs), list(inputs)
-    made = {}    # recorded symbol name -> this ShapeEnv's sympy expression for it
-    ints = [i for i, (v, d) in enumerate(zip(inputs, dims)) if d and isinstance(v, int) and not isinstance(v, bool)]
     for i, (value, symbols) in enumerate(zip(inputs, dims)):
-        if isinstance(value, torch.Tensor) and symbols:
-            sizes = [DimDynamic.DUCK if k < len(symbols) and symbols[k] else DimDynamic.STATIC
-                     for k in range(value.dim())]
-            fakes[i] = mode.from_tensor(value, source=LocalSource(f"input{i}"),
-                                        symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
-            for recorded, size in zip(symbols, fakes[i].shape):
-                if recorded and recorded.isidentifier() and isinstance(size, torch.SymInt):
-                    made.setdefault(recorded, size.node.expr)
-        elif isinstance(value, torch.Tensor):
-            fakes[i] = mode.from_tensor(value, static_shapes=True)
-    # plain symbols first: an expression is built from them
-    for i in sorted(ints, key=lambda i: not dims[i][0].isidentifier()):
-        value, recorded = inputs[i], dims[i][0]
-        source = ConstantSource(f"input{i}")
-        expr = made.get(recorded) if recorded.isidentifier() else _int_expression(recorded, made, env, value)
-        if expr is None:
-            expr = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DUCK)
-            if recorded.isidentifier():
-                made[recorded] = expr
-        fakes[i] = examples[i] = env.create_symintnode(expr, hint=value, source=source)
+        if isinstance(value, torch.Tensor):
+            source = LocalSource(f"input{i}")
+            recorded = tuple(symbols or ()) + (None,) * (value.dim() - len(symbols or ()))
+            cache = {}
+            for k, (text, size) in enumerate(zip(recorded, value.shape)):
+                expr = _expression(text, made, env, size) if text else None
+                if expr is not None:
+                    cache[TensorPropertySource(source, TensorProperty.SIZE, k).name] = expr
+            context = StatefulSymbolicContext(
+                dynamic_sizes=[DimDynamic.DYNAMIC if text else DimDynamic.STATIC for text in recorded],
+                constraint_sizes=[None] * value.dim(), tensor_source=source,
+                shape_env_to_source_to_symbol_cache={id(env): cache})
+            fakes[i] = mode.from_tensor(value, source=source, symbolic_context=context)
+        elif symbols and symbols[0] and type(value) is int:
+            expr = _expression(symbols[0], made, env, value)
+            if expr is None:   # an expression of symbols nothing else has: a symbol of its own
+                expr = env.create_symbol(value, source=ConstantSource(f"input{i}"), dynamic_dim=DimDynamic.DYNAMIC)
+            fakes[i] = examples[i] = env.create_symintnode(expr, hint=value, source=ConstantSource(f"input{i}"))
     return mode, fakes, examples
 
 
-def _int_expression(text, made, env, value):
-    """The recorded expression `text` over this ShapeEnv's symbols (`made`), when every symbol it
-    names was made and it evaluates to `value` at their sizes; else None (a symbol of its own)."""
+def _expression(text, made, env, value):
+    """The recorded size `text` (a symbol, or an expression of symbols) over this ShapeEnv's
+    symbols (`made`), when it names only those and gives `value` at their sizes; else None."""
     import sympy
-    try:
-        expr = sympy.sympify(text, locals={name: sympy.Symbol(name, integer=True, positive=True)
-                                           for name in re.findall(r"[A-Za-z_]\w*", text)})
-    except (sympy.SympifyError, TypeError, SyntaxError):
-        return None
-    names = {str(sym) for sym in expr.free_symbols}
-    if not names or not names <= set(made):
-        return None
-    mapped = expr.xreplace({sym: made[str(sym)] for sym in expr.free_symbols})
+    if text in made:
+        expr = made[text]
+    else:
+        names = set(re.findall(r"[A-Za-z_]\w*", text))
+        if not names or not names <= set(made):
+            return None
+        try:
+            expr = sympy.sympify(text, locals={name: made[name] for name in names})
+        except (sympy.SympifyError, TypeError, SyntaxError):
+            return None
     values = getattr(env, "backed_var_to_val", None) or env.var_to_val   # (renamed in newer torch)
-    hints = {sym: values[sym] for sym in mapped.free_symbols if sym in values}
-    if len(hints) != len(mapped.free_symbols) or mapped.xreplace(hints) != value:
+    hints = {sym: values[sym] for sym in getattr(expr, "free_symbols", ()) if sym in values}
+    if len(hints) != len(getattr(expr, "free_symbols", ())) or sympy.sympify(expr).xreplace(hints) != value:
         return None
-    return mapped
+    return expr
 
 
 def compile_symbolic(gm, inputs, spec, folder, dims):

@@ -286,3 +286,15 @@ def test_an_int_input_recorded_as_an_expression_is_that_expression_of_the_new_sy
     # a value the expression does not give, or a symbol nothing else has: a symbol of its own
     assert fakes[3].node.expr.is_Symbol and fakes[4].node.expr.is_Symbol
     assert examples[2] is x and [type(e).__name__ for e in examples] == ["SymInt", "SymInt", "Tensor", "SymInt", "SymInt"]
+
+
+def test_recorded_symbols_stay_distinct_at_equal_sizes_and_shared_where_recorded_so():
+    """Shrinking made a graph's two symbols both 2: they must stay two symbols (duck sizing
+    would merge them into one, a different graph from the one that failed); a dim recorded as
+    an expression of them is that expression."""
+    from tdbg.repro_templates.runtime import symbolic_inputs
+    a, b, c = torch.randn(2, 2), torch.randn(2, 3), torch.randn(4)
+    _, fakes, _ = symbolic_inputs([a, b, c], [("s77", "s21"), ("s21", None), ("s21*s77",)])
+    rows, cols = (size.node.expr for size in fakes[0].shape)
+    assert rows != cols and fakes[1].shape[0].node.expr == cols and fakes[1].shape[1] == 3
+    assert fakes[2].shape[0].node.expr == rows * cols
