@@ -549,12 +549,18 @@ def _expression(text, made, env, value):
 def compile_symbolic(gm, inputs, spec, folder, dims):
     """Compile `gm` as its backend got it when the graph had symbolic sizes: every node's
     meta["val"] (and Dynamo's "example_value") a fake of the symbolic inputs, under a tracing
-    context holding their fake mode (where Dynamo and AOTAutograd leave theirs)."""
+    context holding their fake mode (where Dynamo and AOTAutograd leave theirs). Eager has run
+    the graph on these inputs, so a failure to rebuild the symbolic graph is this runtime's, not
+    the backend's: CannotRun, never a compile error that would pass for the backend's failure."""
     from torch._guards import TracingContext, tracing
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    mode, fakes, examples = symbolic_inputs(fresh(inputs), dims)
-    with mode:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    try:
+        mode, fakes, examples = symbolic_inputs(fresh(inputs), dims)
+        with mode:
+            FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    except Exception as e:
+        raise CannotRun(f"the graph's symbolic sizes (DYNAMIC) cannot be rebuilt in this torch "
+                        f"{torch.__version__}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     for node in gm.graph.nodes:
         if "val" in node.meta:
             node.meta["example_value"] = node.meta["val"]

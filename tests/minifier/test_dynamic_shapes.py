@@ -298,3 +298,29 @@ def test_recorded_symbols_stay_distinct_at_equal_sizes_and_shared_where_recorded
     rows, cols = (size.node.expr for size in fakes[0].shape)
     assert rows != cols and fakes[1].shape[0].node.expr == cols and fakes[1].shape[1] == 3
     assert fakes[2].shape[0].node.expr == rows * cols
+
+
+@torch.library.custom_op("tdbg_test::plus_one_no_fake", mutates_args=())
+def plus_one_no_fake(x: torch.Tensor) -> torch.Tensor:
+    """A custom op with no fake (meta) implementation: eager runs it, fake tensors cannot."""
+    return x + 1
+
+
+def test_symbolic_sizes_that_cannot_be_rebuilt_are_cannot_run_not_the_backends_failure():
+    """tdbg rebuilds a symbolic graph by propagating fake values; an op that has no fake
+    implementation stops that: `cannot_run` (exit 3), never a compile error that a minifier
+    would take for the backend's own failure."""
+    from dataclasses import replace as with_fields
+
+    from mincases import make_case
+    op = torch.ops.tdbg_test.plus_one_no_fake.default
+    case, store = make_case(lambda x: (torch.neg(op(x)),), torch.randn(4, 6))
+    x, = case.inputs
+    case = case.derive(case.gm.graph, (with_fields(x, dynamic=("s0", None)),))
+    eager = {"kind": "named", "name": "eager"}
+    outcome = evaluate(trace_source(case_source(case)), store.values(case.inputs),
+                       dict(SPEC, backend=eager, dynamic=dynamic_table(case.inputs)))
+    assert outcome.kind == "cannot_run"
+    assert outcome.message.startswith("the graph's symbolic sizes (DYNAMIC) cannot be rebuilt in this torch ")
+    # static, the same graph compiles and passes
+    assert evaluate(trace_source(case_source(case)), store.values(case.inputs), dict(SPEC, backend=eager)).kind == "pass"
