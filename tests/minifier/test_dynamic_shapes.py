@@ -157,6 +157,30 @@ def test_saved_io_replays_a_symbolic_graph_with_its_symbols(tmp_path):
     assert f"  symbolic sizes: {saved_specs(saved, meta)[0].name}: {x.dynamic[0]}=100, " in ran.stdout
 
 
+def test_compare_of_a_saved_symbolic_graph_with_a_named_backend_compiles_it_symbolic(tmp_path):
+    """`tdbg compare DIR --backend NAME` (cli/compare.py): a saved graph with symbolic sizes is
+    compiled symbolic by that backend too; given to it at the saved sizes, a backend wrong only
+    on symbolic graphs passed (a false OK)."""
+    from tdbg.cli.compare import _compare_one as compare_one
+    from tdbg.repro_templates.runtime import symbolic_inputs
+    (tmp_path / "bk.py").write_text("import torch\n" + WRONG_IF_DYNAMIC)
+    case, store = dynamic_case()
+    gm = trace_source(case_source(case))
+    inputs = store.values(case.inputs)
+    _, fakes, _ = symbolic_inputs(inputs, [s.dynamic or None for s in case.inputs])
+    for node, fake in zip([n for n in gm.graph.nodes if n.op == "placeholder"], fakes):
+        node.meta["example_value"] = fake
+    writer = Writer(str(tmp_path / "io"), {"backend": "eager", "after": "dynamo"})
+    expected = list(gm(*inputs))
+    writer.add(kind="dynamo", graph=0, call=2, gm=gm, inputs=inputs, expected=expected, compiled=expected,
+               compiled_error=None, node_sources={}, replay={"backend": {"kind": "named", "name": "eager"},
+                                                             "config": {}, "after": "dynamo"}, signature="sig")
+    writer.finish()
+    saved = load_graph(str(tmp_path / "io" / "g0_dynamo_c2"))
+    row = compare_one(saved, str(tmp_path / "io"), f"{tmp_path / 'bk.py'}:wrong_if_dynamic", None)
+    assert (row["verdict"], row["diverged"]) == ("outputs_differ", True)
+
+
 def saved_specs(saved, meta) -> list:
     dynamic = meta["replay"]["dynamic"]
     return [InputSpec(r["name"], dynamic=tuple(dynamic.get(r["name"]) or ())) for r in meta["inputs"]]
