@@ -67,6 +67,7 @@ def program(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_run_checks_the_call_with_the_size_where_the_backend_is_wrong(program):
     code, stdout, _ = tdbg(program, "run", "dyn.py", "--backend", "bk.py:wrong_when_big")
     assert code == 16, stdout
@@ -99,3 +100,17 @@ def test_compare_recompiles_each_saved_size_symbolic_and_finds_the_wrong_one(pro
     assert "g1_dynamo_c1 (dynamo, 1 outputs, backend wrong_if_dynamic): OUTPUTS MATCH" in stdout
     assert "g1_dynamo_c2 (dynamo, 1 outputs, backend wrong_if_dynamic): OUTPUTS DIFFER" in stdout
     assert "3 graph(s): 2 matching (outputs only), 1 with differing outputs" in stdout
+
+
+@pytest.mark.slow
+def test_save_io_then_replay_each_size_with_its_symbols(program):
+    code, stdout, _ = tdbg(program, "run", "dyn.py", "--backend", "bk.py:wrong_if_dynamic", "--save-io", "io")
+    assert code == 16 and "saved io: 3 graph call(s)" in stdout, stdout
+    code, stdout, _ = tdbg(program, "replay", "io", "--json", "r.json")
+    assert code == 16, stdout
+    doc = json.loads((program / "r.json").read_text())
+    assert [(g["graph"], g["status"]) for g in doc["graphs"]] == [
+        ("g0_dynamo_c1", "ok"), ("g1_dynamo_c1", "ok"), ("g1_dynamo_c2", "failed")]
+    sizes = [g["symbolic_sizes"] for g in doc["graphs"]]
+    assert sizes[0] is None and re.fullmatch(r"(s\d+)=16, l_x_: float32\[\1=16, 8\]", sizes[1]), sizes
+    assert f"  symbolic sizes: {sizes[2]}\n" in stdout and sizes[2].endswith("=100, 8]")
