@@ -247,11 +247,10 @@ def duck_dims(spec: InputSpec, inputs) -> InputSpec:
     from the dynamic `inputs` by size as Dynamo's duck sizing does: a dim whose size is the
     current size of a symbol (a plain one, of size > 1) gets it. A spec that has its own, or a
     graph without symbols, is returned unchanged."""
-    sizes = {}
-    for s in inputs:
-        for size, symbol in zip(s.shape if s.is_tensor else (s.value,), s.dynamic):
-            if symbol and symbol.isidentifier() and isinstance(size, int) and size > 1:
-                sizes.setdefault(size, symbol)
+    sizes: dict = {}   # size -> the first symbol of that size
+    for symbol, size in symbol_sizes(inputs).items():
+        if size > 1:
+            sizes.setdefault(size, symbol)
     if spec.dynamic or not sizes:
         return spec
     if spec.is_tensor:
