@@ -125,22 +125,27 @@ def test_repro_py_records_dynamic_and_reproduces_in_a_fresh_process(tmp_path):
     assert run.stdout.startswith("Reproduced: accuracy mismatch in out[0]")
 
 
-def test_saved_io_replays_a_symbolic_graph_with_its_symbols(tmp_path):
+def save_dynamic_graph(folder, replay_spec) -> tuple:
+    """(case, saved graph): the dynamic Dynamo graph saved as --save-io saves its second call,
+    its placeholders carrying the fake values Dynamo leaves on a graph with symbolic sizes."""
     from tdbg.repro_templates.runtime import symbolic_inputs
     case, store = dynamic_case()
     gm = trace_source(case_source(case))
     inputs = store.values(case.inputs)
-    # the placeholders' example values Dynamo leaves on a graph with symbolic sizes
     _, fakes, _ = symbolic_inputs(inputs, [s.dynamic or None for s in case.inputs])
     for node, fake in zip([n for n in gm.graph.nodes if n.op == "placeholder"], fakes):
         node.meta["example_value"] = fake
-    writer = Writer(str(tmp_path / "io"), {"backend": "wrong_if_dynamic", "after": "dynamo"})
+    writer = Writer(str(folder), {"backend": "the run's", "after": "dynamo"})
     expected = list(gm(*inputs))
     writer.add(kind="dynamo", graph=0, call=2, gm=gm, inputs=inputs, expected=expected, compiled=expected,
-               compiled_error=None, node_sources={}, replay=dict(SPEC), signature="sig")
+               compiled_error=None, node_sources={}, replay=replay_spec, signature="sig")
     writer.finish()
+    return case, load_graph(str(folder / "g0_dynamo_c2"))
+
+
+def test_saved_io_replays_a_symbolic_graph_with_its_symbols(tmp_path):
+    case, saved = save_dynamic_graph(tmp_path / "io", dict(SPEC))
     meta = json.loads((tmp_path / "io" / "g0_dynamo_c2" / "meta.json").read_text())
-    saved = load_graph(str(tmp_path / "io" / "g0_dynamo_c2"))
     renamed = {s.name: s for s in saved_specs(saved, meta)}
     assert [d for _, d in structure_of(renamed.values())] == [d for _, d in structure(case)]
     result = replay(saved)
@@ -160,21 +165,9 @@ def test_compare_of_a_saved_symbolic_graph_with_a_named_backend_compiles_it_symb
     compiled symbolic by that backend too; given to it at the saved sizes, a backend wrong only
     on symbolic graphs passed (a false OK)."""
     from tdbg.cli.compare import _compare_one as compare_one
-    from tdbg.repro_templates.runtime import symbolic_inputs
     (tmp_path / "bk.py").write_text("import torch\n" + WRONG_IF_DYNAMIC)
-    case, store = dynamic_case()
-    gm = trace_source(case_source(case))
-    inputs = store.values(case.inputs)
-    _, fakes, _ = symbolic_inputs(inputs, [s.dynamic or None for s in case.inputs])
-    for node, fake in zip([n for n in gm.graph.nodes if n.op == "placeholder"], fakes):
-        node.meta["example_value"] = fake
-    writer = Writer(str(tmp_path / "io"), {"backend": "eager", "after": "dynamo"})
-    expected = list(gm(*inputs))
-    writer.add(kind="dynamo", graph=0, call=2, gm=gm, inputs=inputs, expected=expected, compiled=expected,
-               compiled_error=None, node_sources={}, replay={"backend": {"kind": "named", "name": "eager"},
-                                                             "config": {}, "after": "dynamo"}, signature="sig")
-    writer.finish()
-    saved = load_graph(str(tmp_path / "io" / "g0_dynamo_c2"))
+    _, saved = save_dynamic_graph(tmp_path / "io", {"backend": {"kind": "named", "name": "eager"}, "config": {},
+                                                   "after": "dynamo"})
     row = compare_one(saved, str(tmp_path / "io"), f"{tmp_path / 'bk.py'}:wrong_if_dynamic", None)
     assert (row["verdict"], row["diverged"]) == ("outputs_differ", True)
 
