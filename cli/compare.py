@@ -234,6 +234,16 @@ def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
                                "it; compare recompiles graphs outside the run, so give the backend as "
                                "module:function (e.g. with PYTHONPATH set to its folder) or move it to another file"}
         chosen = name
+    if backend and g.symbolic_text:
+        # a graph saved with symbolic sizes compiles symbolic with --backend too (replay's spec
+        # for that backend, through runtime.compile_graph); given to the backend directly it
+        # would compile at the saved sizes, where a size-generic bug does not show
+        from tdbg.minifier.diagnose.replay import _spec_for
+        try:
+            chosen = Replay(dict(_spec_for(backend, g), dynamic=g.replay_spec.get("dynamic")), os.getcwd())
+        except Exception as e:
+            return {"name": g.name, "kind": g.kind, "verdict": "error", "stage": getattr(e, "stage", "backend"),
+                    "diverged": None, "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     now_doing(f"comparing graph {g.name} node by node")
     try:
         result = compare_graph(g.gm, g.inputs, chosen, name=g.name, kind=g.kind, tolerance=tolerance,

@@ -331,8 +331,10 @@ def _render(report, out_dir: str) -> None:
             f"{r.original.num_inputs} -> {r.minimized.num_inputs} inputs in {report.seconds:.1f} s "
             f"({r.stats.queries} queries, {r.stats.cache_hits} cached)")
     c.print(f"Failure: {escape(report.final.report())}")
-    from tdbg.minifier.artifacts.graph_io import forward_source
+    from tdbg.minifier.artifacts.graph_io import forward_source, symbolic_text
     c.print("\n" + escape(forward_source(r.minimized.gm.graph)))
+    if symbolic_text(r.minimized.inputs):   # repro.py recompiles with these symbols (its DYNAMIC)
+        c.print(f"Symbolic sizes (compiled symbolic, as when it failed): {escape(symbolic_text(r.minimized.inputs))}")
     c.print(f"Wrote {escape(out_dir)}/: repro.py, minifier_launcher.py, inputs/, minify.jsonl")
     c.print(f"Checked: repro.py reproduces it in a fresh process from another folder "
             f"(exit {report.repro_run.code}, {report.repro_run.seconds:.1f} s)")

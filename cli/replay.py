@@ -40,7 +40,9 @@ def replay(path, backend, json_path):
                 results.append(replay_graph(graph, backend))
     except SavedIOError as e:
         fail(str(e), "bad_input")
-    docs = [r.to_dict() for r in results]
+    # a graph saved with symbolic sizes compiles with them again: say so beside its verdict
+    docs = [dict(r.to_dict(), symbolic_sizes=(g.symbolic_text or None) if backend != "eager" else None)
+            for r, g in zip(results, graphs)]
     codes = [verdict_exit_code({"status": d["status"], "stage": d["stage"]}) for d in docs]
     code = next((c for c in codes if c), exit_code("ok"))
     render(docs, codes)
@@ -61,12 +63,14 @@ def render(docs: list, codes: list) -> None:
             c.print(f"[bold green]OK[/] {escape(doc['graph'])} ({doc['kind']}): backend {escape(common.backend_label(doc['backend']))}, "
                     f"{doc['outputs']} output(s) match the saved eager outputs{worst}, {doc['seconds']:.1f} s")
             _row(c, "config", _config_text(doc.get("config")))
+            _row(c, "symbolic sizes", doc.get("symbolic_sizes"))
             continue
         error = doc.get("error") or {}
         words = common.STAGE_WORDS.get(doc["stage"], str(doc["stage"]))
         c.print(f"[bold red]FAILED[/] {escape(doc['graph'])} ({doc['kind']}): {escape(words)} "
                 f"(stage {doc['stage']}, exit code {code})")
         for key, value in (("backend", common.backend_label(doc["backend"])), ("config", _config_text(doc.get("config"))),
+                           ("symbolic sizes", doc.get("symbolic_sizes")),
                            ("source", error.get("source")),
                            ("fx node", error.get("fx_node")), ("kernel", error.get("kernel")),
                            ("error", error.get("message"))):

@@ -321,7 +321,8 @@ def _row(c, key: str, value) -> None:
 def _graph_text(err: dict, count: int):
     if err.get("graph") is None:
         return None
-    call = f" (call {err['call']})" if err.get("call") else ""
+    sizes = f"; symbolic sizes {err['symbolic_sizes']}" if err.get("symbolic_sizes") else ""
+    call = f" (call {err['call']}{sizes})" if err.get("call") else ""
     during = {"compile": "while compiling", "run": f"forward, while running{call}",
               "backward": f"backward, while running{call}"}.get(err.get("during"), "")
     frame = f" (frame {common.frame_label(err['frame'])})" if err.get("frame") else ""

@@ -15,6 +15,10 @@ A spec (the data a repro file holds):
             {"kind": "source", "name": N, "source": S} (a function from the script itself)
   aot       {"family": "tdbg"|"torch:inductor"|"aot_autograd", "graph": "forward"|"backward"|"inference"}
   config, check_accuracy, tolerance, ignore_non_fp
+  dynamic   {input name: the symbols its sizes had when it failed}: a tensor's, one entry per dim
+            (the size's symbolic expression as text, e.g. "s77", or None where static); an int
+            input's, a 1-tuple. Those dims compile symbolic again (`symbolic_inputs`), so a backend
+            sees the graph with symbolic shapes as it did, not one specialized to these sizes
 Outcomes are dicts: kind (pass, invalid, cannot_run, compile_error, runtime_error, accuracy,
 crash, hang), exc_type, message, pattern, stage, outputs, signal, mismatches.
 """
@@ -417,38 +421,154 @@ def propagate_meta(gm, inputs):
                                          for x in fresh(inputs)])
 
 
-def _aot_tdbg(gm, inputs, spec, folder, graph):
+def _aot_tdbg(gm, examples, spec, folder, graph):
     compile_aten = _tdbg("tdbg.compiler").compile_aten
-    propagate_meta(gm, inputs)
-    return compile_aten(gm, fresh(inputs), tdbg_config(spec), graph_name="repro", kind=graph)
+    return compile_aten(gm, examples, tdbg_config(spec), graph_name="repro", kind=graph)
 
 
-def _aot_inductor(gm, inputs, spec, folder, graph):
+def _aot_inductor(gm, examples, spec, folder, graph):
     from torch._inductor.compile_fx import compile_fx_inner
-    propagate_meta(gm, inputs)
-    return unboxed(compile_fx_inner(gm, fresh(inputs), is_backward=graph == "backward",
+    return unboxed(compile_fx_inner(gm, examples, is_backward=graph == "backward",
                                     is_inference=graph == "inference"))
 
 
-def _aot_autograd(gm, inputs, spec, folder, graph):
+def _aot_autograd(gm, examples, spec, folder, graph):
     backend = resolve_backend(spec, folder)
     kwargs = getattr(backend, "kwargs", None)
     if not isinstance(kwargs, dict) or "fw_compiler" not in kwargs:
         raise CannotRun(f"the backend {spec.get('backend')} is no longer an aot_autograd(...) backend")
     compiler = kwargs.get(AOT_COMPILER_KEYS[graph]) or kwargs["fw_compiler"]
-    return unboxed(compiler(gm, fresh(inputs)))
+    return unboxed(compiler(gm, examples))
 
 
-# family -> how its per-graph compiler compiles one aten graph (what the backend does after AOT)
+# family -> how its per-graph compiler compiles one aten graph (what the backend does after AOT),
+# given the graph (its nodes' meta["val"] set) and the example inputs AOTAutograd would pass
 AOT_FAMILIES = {"tdbg": _aot_tdbg, "torch:inductor": _aot_inductor, "aot_autograd": _aot_autograd}
+# the compilers that read node.meta["val"] (a static graph gets it only for them, as before)
+FAMILIES_READING_META = ("tdbg", "torch:inductor")
 
 
 def compile_graph(gm, inputs, spec, folder):
-    """A callable(*args) running `gm` compiled the way the spec says it failed."""
+    """A callable(*args) running `gm` compiled the way the spec says it failed: with symbolic
+    sizes where spec["dynamic"] records them (`compile_symbolic`), else on these static shapes."""
+    dims = dynamic_dims(gm, spec)
+    if dims:
+        return compile_symbolic(gm, inputs, spec, folder, dims)
     if spec.get("after", "aot") == "aot":
         aot = aot_of(spec)
-        return AOT_FAMILIES[aot["family"]](gm, inputs, spec, folder, aot["graph"])
+        if aot["family"] in FAMILIES_READING_META:
+            propagate_meta(gm, inputs)
+        return AOT_FAMILIES[aot["family"]](gm, fresh(inputs), spec, folder, aot["graph"])
     return resolve_backend(spec, folder)(gm, fresh(inputs))
+
+
+# ---------------------------------------------------------------- symbolic sizes
+
+# a placeholder's meta key holding its recorded symbols (a saved graph's, see saved_io.load_graph)
+DYNAMIC_META = "tdbg_dynamic"
+
+
+def dynamic_dims(gm, spec):
+    """Per placeholder of `gm`, in order, its recorded symbols as a tuple (spec["dynamic"] by
+    input name, else the placeholder's meta[DYNAMIC_META]) or None; [] when no input of `gm` has
+    any (the graph compiles static)."""
+    recorded = spec.get("dynamic") or {}
+    dims = [tuple(recorded.get(n.target) or n.meta.get(DYNAMIC_META) or ()) or None
+            for n in gm.graph.nodes if n.op == "placeholder"]
+    return dims if any(dims) else []
+
+
+def symbolic_inputs(inputs, dims):
+    """(fake mode, fakes, examples) for compiling with symbolic sizes, all in one fresh ShapeEnv.
+
+    Each recorded symbol becomes one symbol of this ShapeEnv (its size: the first dim or int
+    input that has it; sizes 0 and 1 specialize, as they did when the graph was made), shared by
+    every dim and int input recorded with it and by no other, even one of equal size (Dynamo's
+    duck sizing merged equal sizes when the graph was made; sizes that became equal later, e.g.
+    when the minifier shrank them, stay distinct). A dim or int input recorded as an expression
+    of those symbols (a backward graph's `s21*s77`) is that expression of them (`_expression`);
+    other dims are static. `fakes` are what AOTAutograd passes its compilers; `examples` what
+    Dynamo passes a backend: the real tensors (their fakes memoized in the mode, so a backend
+    that fakeifies them again gets the symbolic ones) and SymInts for the int inputs. The
+    ShapeEnv names its symbols itself (e.g. s45 for a recorded s77): the same symbols, not names."""
+    from torch._dynamo.source import ConstantSource, LocalSource, TensorProperty, TensorPropertySource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatefulSymbolicContext
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    made = {}    # recorded symbol name -> this ShapeEnv's expression for it
+    for value, symbols in zip(inputs, dims):
+        sizes = tuple(value.shape) if isinstance(value, torch.Tensor) else (value,)
+        for recorded, size in zip(symbols or (), sizes):
+            if recorded and recorded.isidentifier() and recorded not in made and type(size) is int:
+                made[recorded] = env.create_symbol(size, source=ConstantSource(recorded), dynamic_dim=DimDynamic.DYNAMIC)
+    fakes, examples = list(inputs), list(inputs)
+    for i, (value, symbols) in enumerate(zip(inputs, dims)):
+        if isinstance(value, torch.Tensor):
+            source = LocalSource(f"input{i}")
+            recorded = tuple(symbols or ()) + (None,) * (value.dim() - len(symbols or ()))
+            cache = {}
+            for k, (text, size) in enumerate(zip(recorded, value.shape)):
+                expr = _expression(text, made, env, size) if text else None
+                if expr is not None:
+                    cache[TensorPropertySource(source, TensorProperty.SIZE, k).name] = expr
+            context = StatefulSymbolicContext(
+                dynamic_sizes=[DimDynamic.DYNAMIC if text else DimDynamic.STATIC for text in recorded],
+                constraint_sizes=[None] * value.dim(), tensor_source=source,
+                shape_env_to_source_to_symbol_cache={id(env): cache})
+            fakes[i] = mode.from_tensor(value, source=source, symbolic_context=context)
+        elif symbols and symbols[0] and type(value) is int:
+            expr = _expression(symbols[0], made, env, value)
+            if expr is None:   # an expression of symbols nothing else has: a symbol of its own
+                expr = env.create_symbol(value, source=ConstantSource(f"input{i}"), dynamic_dim=DimDynamic.DYNAMIC)
+            fakes[i] = examples[i] = env.create_symintnode(expr, hint=value, source=ConstantSource(f"input{i}"))
+    return mode, fakes, examples
+
+
+def _expression(text, made, env, value):
+    """The recorded size `text` (a symbol, or an expression of symbols) over this ShapeEnv's
+    symbols (`made`), when it names only those and gives `value` at their sizes; else None."""
+    import sympy
+    if text in made:
+        expr = made[text]
+    else:
+        names = set(re.findall(r"[A-Za-z_]\w*", text))
+        if not names or not names <= set(made):
+            return None
+        try:
+            expr = sympy.sympify(text, locals={name: made[name] for name in names})
+        except (sympy.SympifyError, TypeError, SyntaxError):
+            return None
+    values = getattr(env, "backed_var_to_val", None) or env.var_to_val   # (renamed in newer torch)
+    hints = {sym: values[sym] for sym in getattr(expr, "free_symbols", ()) if sym in values}
+    if len(hints) != len(getattr(expr, "free_symbols", ())) or sympy.sympify(expr).xreplace(hints) != value:
+        return None
+    return expr
+
+
+def compile_symbolic(gm, inputs, spec, folder, dims):
+    """Compile `gm` as its backend got it when the graph had symbolic sizes: every node's
+    meta["val"] (and Dynamo's "example_value") a fake of the symbolic inputs, under a tracing
+    context holding their fake mode (where Dynamo and AOTAutograd leave theirs). Eager has run
+    the graph on these inputs, so a failure to rebuild the symbolic graph is this runtime's, not
+    the backend's: CannotRun, never a compile error that would pass for the backend's failure."""
+    from torch._guards import TracingContext, tracing
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    try:
+        mode, fakes, examples = symbolic_inputs(fresh(inputs), dims)
+        with mode:
+            FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    except Exception as e:
+        raise CannotRun(f"the graph's symbolic sizes (DYNAMIC) cannot be rebuilt in this torch "
+                        f"{torch.__version__}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            node.meta["example_value"] = node.meta["val"]
+    with tracing(TracingContext(mode)):
+        if spec.get("after", "aot") == "aot":
+            aot = aot_of(spec)
+            return AOT_FAMILIES[aot["family"]](gm, fakes, spec, folder, aot["graph"])
+        return resolve_backend(spec, folder)(gm, examples)
 
 
 # ---------------------------------------------------------------- outcomes
@@ -750,7 +870,8 @@ def _spawned(namespace, out, timeout):
 def _child(namespace, out_path):
     folder = os.path.dirname(os.path.abspath(namespace["__file__"]))
     spec = {"after": namespace["AFTER"], "backend": namespace["BACKEND"], "aot": namespace.get("AOT"),
-            "config": namespace.get("CONFIG", {}), **namespace.get("CHECK", {})}
+            "config": namespace.get("CONFIG", {}), "dynamic": namespace.get("DYNAMIC", {}),
+            **namespace.get("CHECK", {})}
     try:
         inputs = load_inputs(namespace["INPUTS"], folder)
         gm = trace_repro(repro_module(namespace, folder))

@@ -169,9 +169,20 @@ def _match_real(fakes, reals) -> list:
     """The real tensors Dynamo saw, when the aten graph takes exactly those (same count, shapes,
     dtypes, in order: no lifted state); else the fake ones (dumped as random values)."""
     same = len(fakes) == len(reals) and all(
-        getattr(f, "shape", None) == getattr(r, "shape", None) and getattr(f, "dtype", None) == getattr(r, "dtype", None)
-        for f, r in zip(fakes, reals))
+        _hints(getattr(f, "shape", None)) == _hints(getattr(r, "shape", None))
+        and getattr(f, "dtype", None) == getattr(r, "dtype", None) for f, r in zip(fakes, reals))
     return list(reals) if same else list(fakes)
+
+
+def _hint(size):
+    """A size's value without a guard: a SymInt's hint (int() or == on a SymInt would add a guard
+    to the ShapeEnv of the graph being compiled and specialize it to this size)."""
+    import torch
+    return size.node.hint if isinstance(size, torch.SymInt) else size
+
+
+def _hints(sizes):
+    return None if sizes is None else tuple(_hint(s) for s in sizes)
 
 
 def _grad_flags(snap, inputs) -> list:
@@ -196,11 +207,10 @@ def _realize(inputs) -> list:
     out = []
     for x in inputs:
         if isinstance(x, FakeTensor):
-            real = torch.empty_strided(tuple(int(s) for s in x.shape), tuple(int(s) for s in x.stride()),
-                                       dtype=x.dtype)
+            real = torch.empty_strided(_hints(x.shape), _hints(x.stride()), dtype=x.dtype)
             out.append(_fill(real))
         elif isinstance(x, torch.SymInt):
-            out.append(int(x.node.hint))
+            out.append(_hint(x))
         else:
             out.append(x)
     return out

@@ -45,6 +45,9 @@ class InputSpec:
     dtype: str = ""
     requires_grad: bool = False
     value: Any = None          # non-tensor inputs (ints, floats, bools)
+    # the symbols its sizes had in the failing graph (`symbolic_dims`): per tensor dim the
+    # size's expression as text or None (static); for an int input, a 1-tuple; () all static
+    dynamic: tuple = ()
 
     @property
     def is_tensor(self) -> bool:
@@ -151,7 +154,8 @@ class Case:
     @property
     def key(self) -> str:
         if self._key is None:
-            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}" for s in self.inputs]
+            rows = [f"{s.sha}|{s.shape}|{s.stride}|{s.dtype}|{s.requires_grad}|{s.value!r}|{s.dynamic}"
+                    for s in self.inputs]
             rows += [f"constant {s.name}|{s.sha}|{s.shape}|{s.stride}|{s.dtype}" for s in self.constants]
             text = module_source(self.gm.graph) + "\n" + "\n".join(rows)
             self._key = hashlib.sha256(text.encode()).hexdigest()
@@ -172,6 +176,88 @@ class Case:
         """A Case of an edited copy of this graph: its constants are the ones `graph` still reads."""
         used = {n.target for n in graph.nodes if n.op == "get_attr"}
         return Case(make_gm(graph, self.gm), tuple(inputs), tuple(c for c in self.constants if c.name in used))
+
+
+def symbolic_dims(value) -> tuple:
+    """The symbols of a traced value's sizes (a placeholder's fake value): for a tensor one entry
+    per dim, the size's sympy expression as text where it has free symbols, else None; for a
+    SymInt a 1-tuple; () when nothing is symbolic. Read from the expressions, never by comparing
+    sizes (that would add guards to the ShapeEnv of a graph still being compiled)."""
+    def text(size):
+        expr = size.node.expr if isinstance(size, torch.SymInt) else None
+        return str(expr) if expr is not None and expr.free_symbols else None
+    if isinstance(value, torch.SymInt):
+        return (text(value),) if text(value) else ()
+    if isinstance(value, torch.Tensor):
+        dims = tuple(text(size) for size in value.shape)
+        return dims if any(dims) else ()
+    return ()
+
+
+def dynamic_table(specs) -> dict:
+    """{input name: its dynamic tuple} for the inputs that have symbolic sizes: the spec's
+    "dynamic" (runtime.py) and repro.py's DYNAMIC."""
+    return {s.name: tuple(s.dynamic) for s in specs if s.dynamic}
+
+
+def symbolic_text(specs) -> str:
+    """The dynamic inputs in one line, each size as `symbol=size`: "x: float32[s77=100, 8], s77=100"
+    ("" when none is dynamic)."""
+    parts = []
+    for s in specs:
+        if not s.dynamic:
+            continue
+        if s.is_tensor:
+            dims = ", ".join(f"{sym}={d}" if sym else str(d) for d, sym in zip(s.shape, s.dynamic))
+            parts.append(f"{s.name}: {s.dtype.replace('torch.', '')}[{dims}]")
+        else:
+            symbol = f"{s.dynamic[0]}={s.value!r}"
+            parts.append(symbol if s.name == s.dynamic[0] else f"{s.name}: {symbol}")
+    return ", ".join(parts)
+
+
+def symbol_sizes(inputs) -> dict:
+    """{plain symbol: its size now} over the dynamic inputs (tensor dims and int inputs)."""
+    sizes = {}
+    for s in inputs:
+        for size, symbol in zip(s.shape if s.is_tensor else (s.value,), s.dynamic):
+            if symbol and symbol.isidentifier() and isinstance(size, int):
+                sizes.setdefault(symbol, size)
+    return sizes
+
+
+def size_of(text: str, sizes: dict) -> Optional[int]:
+    """The value of a recorded size expression (`s21*s77`) at `sizes` ({symbol: int}); None when
+    it names a symbol without a size or is not an integer expression."""
+    import re
+
+    import sympy
+    names = set(re.findall(r"[A-Za-z_]\w*", text))
+    if not names <= set(sizes):
+        return None
+    try:
+        value = sympy.sympify(text, locals={n: sympy.Integer(sizes[n]) for n in names})
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    return int(value) if getattr(value, "is_Integer", False) else None
+
+
+def duck_dims(spec: InputSpec, inputs) -> InputSpec:
+    """`spec` (a value the minifier turned into an input) with the symbols of its sizes, taken
+    from the dynamic `inputs` by size as Dynamo's duck sizing does: a dim whose size is the
+    current size of a symbol (a plain one, of size > 1) gets it. A spec that has its own, or a
+    graph without symbols, is returned unchanged."""
+    sizes: dict = {}   # size -> the first symbol of that size
+    for symbol, size in symbol_sizes(inputs).items():
+        if size > 1:
+            sizes.setdefault(size, symbol)
+    if spec.dynamic or not sizes:
+        return spec
+    if spec.is_tensor:
+        dims = tuple(sizes.get(d) for d in spec.shape)
+    else:
+        dims = (sizes.get(spec.value),) if isinstance(spec.value, int) and not isinstance(spec.value, bool) else ()
+    return replace(spec, dynamic=dims if any(dims) else ())
 
 
 def make_gm(graph: fx.Graph, root: Optional[torch.nn.Module] = None) -> fx.GraphModule:
@@ -204,7 +290,8 @@ def from_graph_module(gm: fx.GraphModule, example_inputs, store: TensorStore, *,
         raise ValueError(f"graph has {len(placeholders)} inputs but {len(values)} values were given")
     for node, value in zip(placeholders, values):
         env[node] = graph.placeholder(node.name)
-        specs.append(store.spec(node.name, value))
+        meta = node.meta.get("example_value", node.meta.get("val"))
+        specs.append(replace(store.spec(node.name, value), dynamic=symbolic_dims(meta)))
     root = torch.nn.Module()
     for node in gm.graph.nodes:
         if node.op == "get_attr" and not isinstance(_fetch_attr(gm, node.target), fx.GraphModule) and not (

@@ -53,7 +53,7 @@ def template(name: str) -> string.Template:
 
 def render(name: str, dump: Dump) -> str:
     """File text; a template field without a value raises KeyError (never a silent blank)."""
-    from tdbg.minifier.artifacts.graph_io import imports_for, module_source
+    from tdbg.minifier.artifacts.graph_io import dynamic_table, imports_for, module_source
     spec = dump.spec
     fields = {
         "title": dump.title, "failure": dump.failure.replace("\n", " "),
@@ -70,6 +70,7 @@ def render(name: str, dump: Dump) -> str:
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
         "constants": _inputs_literal(dump.case.constants),
+        "dynamic": _literal(dynamic_table(dump.case.inputs)),
     }
     return template(name).substitute(fields)
 
@@ -352,7 +353,7 @@ def load(path: str) -> Dump:
 def from_namespace(path: str, ns: dict) -> Dump:
     from tdbg.minifier.artifacts.graph_io import Case, TensorStore, trace_module, with_constants
     store = TensorStore()
-    specs, constants = _specs(ns["INPUTS"]), _specs(ns.get("CONSTANTS", []))
+    specs, constants = _specs(ns["INPUTS"], ns.get("DYNAMIC", {})), _specs(ns.get("CONSTANTS", []))
     store.load(specs + constants, os.path.dirname(os.path.abspath(path)))
     gm = trace_module(with_constants(ns["Repro"](), constants, store))
     check = ns.get("CHECK", {})
@@ -365,8 +366,9 @@ def from_namespace(path: str, ns: dict) -> Dump:
     return Dump(Case(gm, specs, constants), store, spec, ns.get("EXPECTED"), path=path)
 
 
-def _specs(rows) -> tuple:
+def _specs(rows, dynamic=None) -> tuple:
     from tdbg.minifier.artifacts.graph_io import InputSpec
+    dynamic = dynamic or {}
     return tuple(InputSpec(name, sha, tuple(shape), tuple(stride), f"torch.{dtype}" if dtype else "",
-                           requires_grad, value)
+                           requires_grad, value, tuple(dynamic.get(name) or ()))
                  for name, sha, shape, stride, dtype, requires_grad, value in rows)

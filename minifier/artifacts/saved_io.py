@@ -13,7 +13,9 @@ Written by `tdbg run --save-io DIR` (runs/instrument.py IOSaver calls `Writer`),
     DIR/<GRAPH>/meta.json {"name", "kind", "graph", "call", "inputs": [record], "expected":
                            [record], "compiled": [record] | null, "compiled_error": str | null,
                            "node_sources": {FX node: "file:line in fn: code"}, "replay": the
-                           runtime.py spec that recompiles the graph as the run did, "tolerances",
+                           runtime.py spec that recompiles the graph as the run did (with
+                           "dynamic", the inputs' symbolic sizes, for a graph that had them),
+                           "tolerances",
                            "rng_state": record of torch's CPU RNG state before the call,
                            "timing": a diagnose/timing.Timing record {"median_s", "min_s", "q1_s",
                            "q3_s", "samples", "times_s" (after warm-up), "warmup_calls",
@@ -65,7 +67,7 @@ def write_value(folder: str, name: str, value: Any) -> dict:
 
     from tdbg.minifier.artifacts.graph_io import tensor_bytes
     if isinstance(value, torch.SymInt):
-        value = int(value)
+        value = value.node.hint   # int() would guard (specialize) the graph being compiled
     if not isinstance(value, torch.Tensor):
         if value is not None and not isinstance(value, (bool, int, float)):
             raise TypeError(f"{name} is a {type(value).__name__}; only tensors, ints, floats, bools and None "
@@ -142,6 +144,17 @@ class SavedGraph:
     @property
     def replay_spec(self) -> dict:
         return dict(self.meta.get("replay") or {})
+
+    @property
+    def symbolic_text(self) -> str:
+        """The inputs whose sizes were symbolic, as graph_io.symbolic_text writes them ("" if none):
+        a replay compiles them symbolic again."""
+        from tdbg.minifier.artifacts.graph_io import InputSpec, symbolic_text
+        dynamic = self.replay_spec.get("dynamic") or {}
+        specs = [InputSpec(r.get("name", "?"), shape=tuple(r.get("shape") or ()), dtype=r.get("dtype") or "",
+                           value=r.get("value"), dynamic=tuple(dynamic.get(r.get("name")) or ()))
+                 for r in self.meta.get("inputs") or []]
+        return symbolic_text(specs)
 
     @property
     def source_sha256(self) -> str:
@@ -232,6 +245,7 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
     except Exception as e:  # any error in a damaged source file: the file is unusable, say which
         raise SavedIOError(f"{source_path} does not load as a graph ({type(e).__name__}: {e}).") from None
     _rename(gm, meta.get("nodes"))
+    _mark_dynamic(gm, (meta.get("replay") or {}).get("dynamic"))
     where = f"{name}/{META}"
     try:
         inputs = [read_value(folder, r, f"{where} input") for r in meta["inputs"]]
@@ -246,6 +260,18 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
         raise SavedIOError(f"{source_path} takes {placeholders} inputs but {meta_path} lists {len(inputs)}.")
     return SavedGraph(name, meta.get("kind", ""), folder, gm, expected, compiled,
                       dict(meta.get("node_sources") or {}), meta, source, rng_state, inputs)
+
+
+def _mark_dynamic(gm, dynamic) -> None:
+    """The graph's own record of its inputs' symbolic sizes (runtime.DYNAMIC_META on its
+    placeholders): a graph replayed with another backend, or copied by compare, still compiles
+    with symbolic sizes, whatever spec it is compiled by."""
+    from tdbg.repro_templates.runtime import DYNAMIC_META
+    if not isinstance(dynamic, dict):
+        return
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and dynamic.get(node.target):
+            node.meta[DYNAMIC_META] = tuple(dynamic[node.target])
 
 
 def _rename(gm, names) -> None:
@@ -286,11 +312,14 @@ class Writer:
             compiled: Optional[list], compiled_error: Optional[str], node_sources: dict, replay: dict,
             signature: str, rng_state=None) -> str:
         """Save one graph call (gm: the graph as compiled; inputs as given to it); its name."""
-        from tdbg.minifier.artifacts.graph_io import TensorStore, case_source, from_graph_module
+        from tdbg.minifier.artifacts.graph_io import TensorStore, case_source, dynamic_table, from_graph_module
         from tdbg.minifier.diagnose.accuracy import TOLERANCES
         name = f"g{graph}_{kind}_c{call}"
         folder = os.path.join(self.directory, name)
         case = from_graph_module(gm, inputs, TensorStore(), inline_constants=False)
+        dynamic = dynamic_table(case.inputs)
+        if dynamic:   # a graph with symbolic sizes replays with them (runtime.py's spec "dynamic")
+            replay = dict(replay, dynamic={k: list(v) for k, v in dynamic.items()})
         source = case_source(case)
         values = list(inputs) + [_fetch(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
         os.makedirs(folder, exist_ok=True)

@@ -15,12 +15,18 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from tdbg.minifier.reduce import engine
-from tdbg.minifier.artifacts.graph_io import Case, case_source
+from tdbg.minifier.artifacts.graph_io import Case, case_source, dynamic_table
 from tdbg.minifier.reduce.oracle import Outcome, Signature
 from tdbg.minifier.artifacts.repro import LAUNCHER, REPRO, Dump, FreshInterpreter, UserRun, warm_modules, write
 from tdbg.minifier.reduce.workers import Pool
 
 LOG_NAME = "minify.jsonl"
+
+
+def with_dynamic(spec: dict, case: Case) -> dict:
+    """The spec a query of `case` compiles by: its inputs' symbolic sizes in spec["dynamic"]."""
+    table = dynamic_table(case.inputs)
+    return dict(spec, dynamic=table) if table else spec
 
 
 class Oracle:
@@ -35,8 +41,8 @@ class Oracle:
 
     def outcome(self, case: Case, purpose: str) -> Outcome:
         self.queries += 1
-        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store, self.dump.spec,
-                                  case.constants)
+        outcome = self.pool.query(case_source(case), list(case.inputs), self.dump.store,
+                                  with_dynamic(self.dump.spec, case), case.constants)
         if self._log:
             row = {"query": self.queries, "purpose": purpose, "key": case.key[:16],
                    "nodes": case.num_nodes, "inputs": case.num_inputs, "outcome": outcome.kind,
@@ -84,7 +90,8 @@ class Report:
             r = self.result
             d["original"] = {"nodes": r.original.num_nodes, "inputs": r.original.num_inputs}
             d["minimized"] = {"nodes": r.minimized.num_nodes, "inputs": r.minimized.num_inputs,
-                              "code": case_source(r.minimized)}
+                              "code": case_source(r.minimized),
+                              "dynamic": {k: list(v) for k, v in dynamic_table(r.minimized.inputs).items()}}
             d["stats"] = {"queries": r.stats.queries, "cache_hits": r.stats.cache_hits,
                           "adopted": r.stats.adopted, "rounds": r.stats.rounds,
                           "seconds": round(r.stats.seconds, 3), "per_pass": r.stats.per_pass}

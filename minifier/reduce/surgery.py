@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Optional
 import torch
 import torch.fx as fx
 
-from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore
+from tdbg.minifier.artifacts.graph_io import Case, InputSpec, TensorStore, duck_dims
 
 
 def record_values(case: Case, store: TensorStore) -> dict:
@@ -93,7 +93,8 @@ def output_nodes(case: Case) -> list:
 def finish(case: Case, graph: fx.Graph, extra: Iterable = ()) -> Optional[Case]:
     """Drop placeholders nobody uses and pair the rest with their specs (old ones or `extra`)."""
     specs = {s.name: s for s in case.inputs}
-    specs.update({s.name: s for s in extra})
+    # a value turned into an input keeps the graph's symbolic sizes (matched by size)
+    specs.update({s.name: duck_dims(s, case.inputs) for s in extra})
     for node in [n for n in graph.nodes if n.op == "placeholder"]:
         if not node.users:
             graph.erase_node(node)
@@ -236,7 +237,7 @@ def shrunk(store: TensorStore, spec: InputSpec, sizes: tuple) -> Optional[InputS
         t = t.narrow(dim, 0, size)
     t = t.clone(memory_format=torch.contiguous_format)  # fresh strides, also for size-1 dims
     new = store.spec(spec.name, t)
-    return InputSpec(new.name, new.sha, new.shape, new.stride, new.dtype, spec.requires_grad)
+    return InputSpec(new.name, new.sha, new.shape, new.stride, new.dtype, spec.requires_grad, dynamic=spec.dynamic)
 
 
 Predicate = Callable[[Case], bool]

@@ -119,6 +119,30 @@ def call_compiled(compiled: Callable, args) -> Any:
     return compiled(*args)
 
 
+def _placeholder_symbols(gm) -> list:
+    """Per placeholder of a Dynamo graph, the symbols of its sizes (graph_io.symbolic_dims of its
+    fake value); [] when none is symbolic."""
+    from tdbg.minifier.artifacts.graph_io import symbolic_dims
+    dims = [symbolic_dims(n.meta.get("example_value", n.meta.get("val")))
+            for n in gm.graph.nodes if n.op == "placeholder"]
+    return dims if any(dims) else []
+
+
+def call_symbols(dynamic, args) -> Optional[str]:
+    """The plain symbols' values in one call ("s77=100, s27=8") from the graph's per-placeholder
+    symbols and the call's arguments; None for a static graph."""
+    if not dynamic:
+        return None
+    import torch
+    values: dict = {}
+    for dims, arg in zip(dynamic, args):
+        sizes = tuple(arg.shape) if isinstance(arg, torch.Tensor) else (arg,)
+        for symbol, size in zip(dims, sizes):
+            if symbol and symbol.isidentifier() and isinstance(size, int):
+                values.setdefault(symbol, size)
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or None
+
+
 def _guard_summary(guards) -> dict:
     counts, tensors = {}, []
     for g in guards:
@@ -243,6 +267,9 @@ class Session:
                                                         if n.op.startswith("call_")],
                 "lines": graph_lines(gm)}
         info.update(self._reason(gm))
+        dynamic = _placeholder_symbols(gm)
+        if dynamic:   # a graph with symbolic sizes: each failing call names the sizes it ran at
+            info["dynamic"] = dynamic
         self.graphs.append(info)
         self._shapes = shapes.capture(gm, example_inputs)   # described at guard export (explain's shapes)
         self.node_sources[index] = {n.name: (op_name(n), node_source(n, is_user_file))
@@ -283,7 +310,8 @@ class Session:
                 else:
                     actual = call_compiled(compiled, args)
             except BaseException as e:
-                self.tag(e, runtime_stage(e), index, getattr(e, "tdbg_during", "run"), call)
+                self.tag(e, runtime_stage(e), index, getattr(e, "tdbg_during", "run"), call,
+                         sizes=call_symbols(info.get("dynamic"), args))
                 raise
             self.status("returned", index, call)
             if self._status_fd is not None:   # only runs that report where they died pay for this
@@ -370,9 +398,12 @@ class Session:
         self.guards.append({"frame": frame, **_guard_summary(guards), "shapes": shapes.describe(captured)})
 
     # -- bookkeeping ----------------------------------------------------------------------------
-    def tag(self, exc: BaseException, stage: str, graph: int, during: str, call: Optional[int] = None) -> None:
+    def tag(self, exc: BaseException, stage: str, graph: int, during: str, call: Optional[int] = None,
+            sizes: Optional[str] = None) -> None:
+        """`sizes`: a graph with symbolic sizes, the symbols' values in the failing call ("s77=100")."""
         if not any(e is exc for e, _ in self.tagged):
-            self.tagged.append((exc, {"stage": stage, "graph": graph, "during": during, "call": call}))
+            self.tagged.append((exc, {"stage": stage, "graph": graph, "during": during, "call": call,
+                                      "sizes": sizes}))
 
     def tag_of(self, exc: BaseException) -> Optional[dict]:
         for e, info in self.tagged:

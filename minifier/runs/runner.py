@@ -522,6 +522,7 @@ def describe(exc: BaseException, session, script: str) -> dict:
             "source": source, "source_lines": _trace_lines(evidence.pop("node_traces", None)),
             "fx_node": fx, "kernel": evidence.get("kernel") or None, "graph": graph,
             "frame": info.get("frame"), "during": during, "call": tag.get("call") if tag else None,
+            "symbolic_sizes": tag.get("sizes") if tag else None,
             "part": evidence.get("part") or ("backward" if during == "backward" else ("forward" if tag else None)),
             "evidence": evidence,
             "traceback": "".join(traceback.format_exception(type(exc), exc, _script_tb(exc)))}
