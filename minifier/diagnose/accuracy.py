@@ -134,11 +134,12 @@ def _compare_one(path, e, a, r, tolerance, ignore_non_fp) -> Optional[Mismatch]:
                     f" (rtol={rtol:g}, atol={atol:g})")
 
 
-def reference_judges(e, a, r64, rtol: float, atol: float) -> bool:
+def reference_judges(e, a, r64, rtol: float, atol: float, dtype=None) -> bool:
     """Whether the float64 reference may excuse every element where `a` is not close to eager:
-    at each of them eager must be within REFERENCE_TRUST of the reference, in the dtype's own
-    tolerance (not an override: a tolerance of 0 must not make every reference untrustworthy)."""
-    d_rtol, d_atol = TOLERANCES.get(e.dtype, (1e-5, 1e-5))
+    at each of them eager must be within REFERENCE_TRUST of the reference, in the tolerance of
+    `dtype` (default: eager's own; not an override: a tolerance of 0 must not make every reference
+    untrustworthy)."""
+    d_rtol, d_atol = TOLERANCES.get(dtype or e.dtype, (1e-5, 1e-5))
     e64 = e.double()
     unclose = ~torch.isclose(a.double(), e64, rtol=rtol, atol=atol, equal_nan=True)
     trusted = (e64 - r64).abs() <= REFERENCE_TRUST * (d_atol + d_rtol * r64.abs())

@@ -319,6 +319,32 @@ def _tolerance(dtype, tolerance):
     return TOLERANCES.get(dtype, DEFAULT_TOLERANCE)
 
 
+def _looser(a, b):
+    """The floating dtype of the two with the larger tolerance (None: no rounding)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return a if _tolerance(a, None)[0] >= _tolerance(b, None)[0] else b
+
+
+def rounding_dtypes(gm, eager_env: dict) -> dict:
+    """node -> the least precise floating dtype eager rounded to on the way to the node's value
+    (its own dtype, or an ancestor op's). A float32 value computed from a bfloat16 intermediate
+    carries bfloat16's error, and a compiler that keeps that intermediate in float32 (Inductor does,
+    as eager's fused CPU kernels do) differs from eager by it: such a value is judged at bfloat16's
+    tolerance. Graph inputs are exact, so they start no rounding; a constant 'x.float()' of a
+    bfloat16 input is still judged at float32's."""
+    out: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        own = eager_env.get(node)
+        dtype = own.dtype if isinstance(own, torch.Tensor) and own.is_floating_point() else None
+        for a in node.all_input_nodes:
+            dtype = _looser(dtype, out.get(a))
+        out[node] = dtype
+    return out
+
+
 def _max_errors(x64, r64, atol) -> tuple:
     """(max |x - r|, max |x - r| / max(|r|, atol)) of two float64 tensors; a NaN where r has none
     is inf. In place on fresh temporaries: five passes over the data in the common, NaN-free case."""
@@ -336,8 +362,9 @@ def _max_errors(x64, r64, atol) -> tuple:
     return worst, float(d.div_(scale).max())
 
 
-def judge(compiled, eager, ref, *, tolerance=None) -> dict:
-    """Errors of one compiled value and whether it diverges (accuracy.py's rule, for one tensor)."""
+def judge(compiled, eager, ref, *, tolerance=None, rounded=None) -> dict:
+    """Errors of one compiled value and whether it diverges (accuracy.py's rule, for one tensor),
+    at the tolerance of the looser of its dtype and `rounded` (rounding_dtypes)."""
     if compiled.shape != eager.shape or compiled.dtype != eager.dtype:
         return dict(abs_ref=None, rel_ref=None, abs_eager=float("inf"), rel_eager=float("inf"),
                     eager_abs_ref=None, diverges=True)
@@ -345,7 +372,8 @@ def judge(compiled, eager, ref, *, tolerance=None) -> dict:
         equal = torch.equal(compiled, eager)
         d = 0.0 if equal else float((compiled.double() - eager.double()).abs().max())
         return dict(abs_ref=None, rel_ref=None, abs_eager=d, rel_eager=d, eager_abs_ref=None, diverges=not equal)
-    rtol, atol = _tolerance(eager.dtype, tolerance)
+    precision = _looser(eager.dtype, rounded)
+    rtol, atol = _tolerance(precision, tolerance)
     c64, e64 = compiled.detach().double(), eager.detach().double()
     abs_e, rel_e = _max_errors(c64, e64, atol)
     row = dict(abs_ref=None, rel_ref=None, abs_eager=abs_e, rel_eager=rel_e, eager_abs_ref=None, diverges=False)
@@ -359,7 +387,7 @@ def judge(compiled, eager, ref, *, tolerance=None) -> dict:
         same_nans = torch.equal(compiled.isnan(), ref.isnan())
         # the rule of accuracy.compare, so compare and run judge a value alike
         row["diverges"] = not (same_nans and row["abs_ref"] <= FP64_MULTIPLIER * row["eager_abs_ref"] + atol
-                               and reference_judges(eager, compiled, r64, rtol, atol))
+                               and reference_judges(eager, compiled, r64, rtol, atol, dtype=precision))
         return row
     row["diverges"] = not close
     return row
@@ -459,7 +487,8 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     compiled_out = original(*compiled_inputs)
     seconds["run"] = time.perf_counter() - t1
     kernel = kernel_of(original)
-    outputs = _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance)
+    rounded = rounding_dtypes(gm, eager_env)
+    outputs = _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance, rounded)
     outputs += _written_inputs(gm, inputs, eager_inputs, compiled_inputs, len(outputs), tolerance)
 
     nodes: list = []
@@ -485,7 +514,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
             raise CompareError(f"the realized graph returned {len(values)} node values for {len(observed)} nodes")
         t1 = time.perf_counter()
         nodes = _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, kernel,
-                               kernel_of(debug), tolerance)
+                               kernel_of(debug), tolerance, rounded)
         seconds["errors"] = time.perf_counter() - t1
     elif not notes or "realized graph" not in notes[-1]:
         notes.append(f"{label} compiles Dynamo-level graphs its own way: only the graph's outputs were observable")
@@ -500,7 +529,7 @@ def _flat_outputs(gm) -> list:
     return pytree.tree_flatten(next(n for n in gm.graph.nodes if n.op == "output").args[0])[0]
 
 
-def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance) -> list:
+def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tolerance, rounded) -> list:
     from tdbg.minifier.diagnose.accuracy import flatten
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     producers = [p for _, p in flatten(out_node.args[0])]
@@ -515,7 +544,7 @@ def _compare_outputs(gm, eager_out, ref_out, compiled_out, sources, kernel, tole
         if not isinstance(e, torch.Tensor):
             continue
         node_name = getattr(producer, "name", path)
-        row = judge(a, e, r, tolerance=tolerance)
+        row = judge(a, e, r, tolerance=tolerance, rounded=rounded.get(producer))
         rows.append(NodeError(i, node_name, _op_name(producer) if hasattr(producer, "target") else "output",
                               str(e.dtype).replace("torch.", ""), list(e.shape), local_wrong=None,
                               source=sources.get(node_name), kernel=kernel(node_name), path=path, **row))
@@ -537,7 +566,7 @@ def _written_inputs(gm, inputs, eager_inputs, compiled_inputs, start: int, toler
 
 
 def _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, kernel, debug_kernel,
-                   tolerance) -> list:
+                   tolerance, rounded) -> list:
     comp_env = dict(eager_env)          # unobserved nodes (scalars, mutations) keep their eager value
     for node, inp in zip((n for n in gm.graph.nodes if n.op == "placeholder"), _fresh(inputs)):
         comp_env[node] = inp
@@ -546,17 +575,17 @@ def _compare_nodes(gm, observed, values, inputs, eager_env, ref_env, sources, ke
         comp_env[node] = value
     for i, (node, value) in enumerate(zip(observed, values)):
         eager = eager_env[node]
-        row = judge(value, eager, ref_env.get(node), tolerance=tolerance)
+        row = judge(value, eager, ref_env.get(node), tolerance=tolerance, rounded=rounded.get(node))
         # the local check costs two op calls: only where the node diverges (or for its culprit role)
         local = _local_wrong(node, value, comp_env, tolerance) if row["diverges"] else None
         rows.append(NodeError(i, node.name, _op_name(node), str(eager.dtype).replace("torch.", ""),
                               list(eager.shape), local_wrong=local, source=sources.get(node.name),
                               kernel=kernel(_producer(node).name) or debug_kernel(_producer(node).name), **row))
-    _mark_flips(observed, rows, comp_env, eager_env, tolerance)
+    _mark_flips(observed, rows, comp_env, eager_env, tolerance, rounded)
     return rows
 
 
-def tolerance_units(compiled, eager, tolerance=None) -> float:
+def tolerance_units(compiled, eager, tolerance=None, rounded=None) -> float:
     """max |compiled - eager| / (atol + rtol |eager|): the error in units of the dtype's tolerance
     (1 is allclose's edge); a bool/integer tensor: 0 when equal, inf otherwise (no tolerance)."""
     if compiled.shape != eager.shape or compiled.dtype != eager.dtype:
@@ -565,7 +594,7 @@ def tolerance_units(compiled, eager, tolerance=None) -> float:
         return 0.0 if torch.equal(compiled, eager) else float("inf")
     if eager.numel() == 0:
         return 0.0
-    rtol, atol = _tolerance(eager.dtype, tolerance)
+    rtol, atol = _tolerance(_looser(eager.dtype, rounded), tolerance)
     e64 = eager.detach().double()
     d = torch.sub(compiled.detach().double(), e64).abs_().nan_to_num_(nan=float("inf"))
     return float(d.div_(e64.abs().nan_to_num_(nan=0.0).mul_(rtol).add_(atol)).max())
@@ -579,7 +608,7 @@ def flips(out_units: float, input_units: list) -> bool:
     return worst <= 1.0 and out_units > 1.0 and out_units >= FLIP_GAIN * worst
 
 
-def _mark_flips(observed, rows, comp_env, eager_env, tolerance) -> None:
+def _mark_flips(observed, rows, comp_env, eager_env, tolerance, rounded) -> None:
     """Set `flips` (and a flip's `origin`) on each diverging row whose op was right on its own."""
     row_of = {node: row for node, row in zip(observed, rows)}
     for node, row in row_of.items():
@@ -589,9 +618,9 @@ def _mark_flips(observed, rows, comp_env, eager_env, tolerance) -> None:
         if any(row_of[a].diverges for a in inputs if a in row_of):
             row.flips = False    # it inherits a divergence: the culprit (or drift) is upstream
             continue
-        units = [tolerance_units(comp_env[a], eager_env[a], tolerance) for a in inputs
+        units = [tolerance_units(comp_env[a], eager_env[a], tolerance, rounded.get(a)) for a in inputs
                  if isinstance(eager_env.get(a), torch.Tensor)]
-        row.flips = flips(tolerance_units(comp_env[node], eager_env[node], tolerance), units)
+        row.flips = flips(tolerance_units(comp_env[node], eager_env[node], tolerance, rounded.get(node)), units)
         if row.flips:
             row.origin = _origin(node, row_of)
 

@@ -290,6 +290,45 @@ def test_a_comparison_that_flips_on_inputs_within_tolerance_is_the_culprit_not_d
     assert "the input difference starts at add (aten.add, node 0," in r.message
 
 
+def _bf16_round_trip(scale=1.0):
+    """make_fx's aten graph of exp(x.float()) rounded to bfloat16 and back, times 2; and a compiler
+    that keeps the rounded value in float32 as Inductor does (the second cast reads the float32 value),
+    its results multiplied by `scale` (1.05: wrong by 5%, beyond bfloat16's tolerance)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x):
+        return torch.exp(x.float()).to(torch.bfloat16).float() * 2
+    x = torch.linspace(-2, 2, 64, dtype=torch.bfloat16)
+    gm = make_fx(fn)(x)
+
+    def skip_rounding(g, example_inputs):
+        for node in g.graph.nodes:
+            src = node.args[0] if node.args else None
+            if (node.target is torch.ops.aten._to_copy.default and node.kwargs.get("dtype") == torch.float32
+                    and getattr(src, "target", None) is torch.ops.aten._to_copy.default):
+                node.args = (src.args[0],)
+        g.recompile()
+        def run(*args):
+            out = g(*args)
+            return [v * scale for v in out] if isinstance(out, (list, tuple)) else out * scale
+        return run
+    return gm, [x], skip_rounding
+
+
+@pytest.mark.parametrize("scale, verdict", [(1.0, "ok"), (1.05, "culprit")])
+def test_a_float32_value_rounded_through_bfloat16_by_eager_is_judged_at_bfloat16s_tolerance(scale, verdict):
+    """A compiler that skips eager's bfloat16 round trip differs from eager by bfloat16's rounding
+    in the float32 values after it: not a divergence (compare said DIVERGES on Inductor's bf16
+    gelu/softmax where run said OK); 5% off still is."""
+    gm, inputs, compiler = _bf16_round_trip(scale)
+    r = compare_graph(gm, inputs, compiler, kind="inference")
+    assert r.verdict == verdict, r.message
+    mul = next(n for n in r.nodes if n.name == "mul")
+    assert mul.dtype == "float32" and mul.abs_eager > 0.0
+    if verdict == "culprit":
+        assert r.culprit.name == "_to_copy"   # every value is scaled: the first float32 one is first
+
+
 def test_drift_rows_never_flip():
     """The drift case's first divergence is one more small step (gain near 1): flips is False."""
     drift = _load("compare_drift")
