@@ -58,14 +58,17 @@ def _message(d: dict) -> str:
 
 
 def ok_text(verdict: dict) -> str:
-    """What the OK line adds: on how many graphs determinism was checked."""
+    """What the OK line adds: on how many graphs and calls determinism was checked."""
     if not verdict.get("check_determinism"):
         return ""
     graphs = verdict.get("graphs") or []
     checked = [g for g in _records(verdict) if g["determinism"]["verdict"] != "unchecked"]
     grads = sum(1 for g in checked if g["determinism"].get("grads_checked"))
-    return (f"; determinism checked on {len(checked)} of {len(graphs)} graph(s): the same bits on two compiled "
-            f"runs (gradients on {grads})")
+    calls = sum(len(g.get("determinism_calls") or [1]) for g in checked)
+    # which calls: the same bits on call 1 says nothing of a later call with other input shapes
+    return (f"; determinism checked on {len(checked)} of {len(graphs)} graph(s) at {calls} call(s) (each graph's "
+            f"first call and each call with new input shapes): the same bits on two compiled runs "
+            f"(gradients on {grads})")
 
 
 def note_lines(verdict: dict) -> list:

@@ -27,10 +27,12 @@ from tdbg.minifier.runs.backends import BackendError
 from tdbg.minifier.runs.names import is_frame_of, source_line
 from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose import shapes
-from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
+from tdbg.minifier.diagnose.checks import (AccuracyError, CallCounter, CallPolicy, check_call, node_source, places,
+                                           signature, snapshot)
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
 UNCHECKED_LINES = 3  # lines kept of why a call could not be checked
+DETERMINISM_SIGNATURES = 4   # --check-determinism: input signatures checked per graph (first call's included)
 _KERNEL_RANGE = re.compile(r"graph_\d+_(\w+)$")   # tdbg's profiler range around one kernel (wrapper.py)
 
 # Frames from these directories are framework frames, never "the user's line".
@@ -268,6 +270,7 @@ class Session:
 
     def _wrap_call(self, compiled, snap, info, backend_fn=None):
         index, counter = info["index"], CallCounter(self.policy)
+        determined: set = set()   # input signatures whose determinism was checked (--check-determinism)
 
         def run(*args):
             # input signatures are only worth computing when calls are checked
@@ -276,8 +279,12 @@ class Session:
                 if call == 1:
                     self.event("first_call", graph=index)
                 self.status("running", index, call)
-                if call == 1 and self.check_determinism:
-                    self._determinism(compiled, snap, info, args, backend_fn)
+                if self.check_determinism and len(determined) < DETERMINISM_SIGNATURES and (
+                        call == 1 or signature(args) not in determined):
+                    # the first call and each call with new input shapes: a graph compiled for
+                    # dynamic sizes runs other kernel paths (a parallel reduction above its grain size)
+                    determined.add(signature(args))
+                    self._determinism(compiled, snap, info, args, backend_fn, call)
                 if check:
                     actual = self._checked_call(compiled, snap, info, call, args)
                 else:
@@ -312,18 +319,21 @@ class Session:
                 raise error
         return result.actual
 
-    def _determinism(self, compiled, snap, info, args, backend_fn) -> None:
-        """--check-determinism at a graph's first call, before the user's call (which then runs
-        from the same RNG state and inputs): the answer goes on the graph's record."""
+    def _determinism(self, compiled, snap, info, args, backend_fn, call: int = 1) -> None:
+        """--check-determinism at a graph's call, before the user's call (which then runs from the
+        same RNG state and inputs): the graph's record holds the first nondeterministic call's
+        answer (else the first call's), `determinism_calls` every checked call's number."""
         from tdbg.minifier.diagnose.determinism import check_graph, localizer
-        found = check_graph(lambda *a: call_compiled(compiled, a), snap, args, graph=info["index"], call=1,
+        found = check_graph(lambda *a: call_compiled(compiled, a), snap, args, graph=info["index"], call=call,
                             localize_with=localizer(backend_fn, self.config) if backend_fn is not None else None)
         record = found.to_dict()
         node = record.get("first_node")
         if node and node.get("source"):
             from tdbg.minifier.runs.runner import _rel_source
             node["source"] = _rel_source(node["source"])
-        info["determinism"] = record
+        info.setdefault("determinism_calls", []).append(call)
+        if "determinism" not in info or (record["nondeterministic"] and not info["determinism"]["nondeterministic"]):
+            info["determinism"] = record
 
     def _watch_backward(self, outputs, index: int, call: int) -> None:
         """Hooks on the outputs' autograd node: the status file and `backwards` say when this
