@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
 import traceback
@@ -121,6 +122,33 @@ def call_compiled(compiled: Callable, args) -> Any:
     return compiled(*args)
 
 
+# Dynamo says it stopped compiling a frame (its recompile limit) only in this logger's warning:
+# "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s ..." with the limit's name,
+# its value, "'NAME' (FILE:LINE)" and the guard failure that would have recompiled
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+_LIMIT_FUNCTION = re.compile(r"^'(?P<frame>[^']*)' \((?P<file>.*):(?P<line>\d+)\)$")
+
+
+class _LimitRecorder(logging.Handler):
+    """Appends {frame, file, line, limit, value, reason} to `into` for each recompile-limit warning."""
+
+    def __init__(self, into: list):
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record) -> None:
+        try:
+            if not str(record.msg).startswith("torch._dynamo hit config.") or len(record.args or ()) < 4:
+                return
+            limit, value, function, reason = record.args[:4]
+            m = _LIMIT_FUNCTION.match(str(function))
+            self.into.append({"frame": m["frame"] if m else str(function), "file": m["file"] if m else None,
+                              "line": int(m["line"]) if m else None, "limit": f"torch._dynamo.config.{limit}",
+                              "value": value, "reason": str(reason or "")})
+        except Exception:  # noqa: B902 - recording must never break the user's run
+            pass
+
+
 def _guard_summary(guards) -> dict:
     counts, tensors = {}, []
     for g in guards:
@@ -160,6 +188,7 @@ class Session:
         self.compile_calls = 0
         self.graphs: list = []
         self.recompiles: list = []
+        self.recompile_limits: list = []   # Dynamo's recompile limit hit: {frame, file, line, limit, value, reason}
         self._shapes = None   # the last graph's shapes.capture(), until its guards are exported
         self.guards: list = []
         self.tagged: list = []   # (exception, {"stage", "graph", "during"})
@@ -175,10 +204,13 @@ class Session:
         saved = (torch.compile, dynamo.optimize)
         self._optimize = saved[1]
         torch.compile, dynamo.optimize = self.compile, self.optimize
+        limits = _LimitRecorder(self.recompile_limits)
+        logging.getLogger(_LIMIT_LOGGER).addHandler(limits)
         try:
             yield self
         finally:
             torch.compile, dynamo.optimize = saved
+            logging.getLogger(_LIMIT_LOGGER).removeHandler(limits)
 
     def compile(self, model=None, *, fullgraph: bool = False, dynamic=None, backend=None, mode=None,
                 options=None, disable: bool = False, **_ignored):
