@@ -219,8 +219,12 @@ def render_caches(c, section: dict) -> None:
     for key, words in (("inductor", "Inductor cache dir"), ("tdbg_build", "tdbg build cache dir")):
         if (section.get("cache_dirs") or {}).get(key):
             c.print(f"  {words}: {escape(section['cache_dirs'][key])}")
-    c.print("  " + escape("; ".join(summary_words(section)) or "no compile-cache lookup (nothing was compiled "
-                                                               "by a backend with a cache)"))
+    off = section.get("turned_off") or []
+    for row in off:   # a cache turned off looks nothing up: without this line it would go unmentioned
+        c.print(f"  [bold red]{escape(row['words'])}[/]")
+    c.print("  " + escape("; ".join(summary_words(section)) or (
+        "no other compile-cache lookup" if off else "no compile-cache lookup (nothing was compiled by a backend "
+                                                   "with a cache)")))
     for g in section["graphs"]:
         c.print(f"  graph {escape(str(g['compile_id']))}" + (f" {escape(g['frame'])}" if g.get("frame") else "") + ":")
         for row in g["lookups"]:
