@@ -31,7 +31,8 @@ def fail_if_nondeterministic(verdict: dict) -> None:
     part = "forward" if any(not v["path"].startswith("grad of ") for v in d["compiled"]) else "backward"
     verdict.update(status="failed", stage="nondeterministic",
                    error={"type": "nondeterministic", "message": _message(d), "graph": bad["index"],
-                          "frame": bad.get("frame"), "call": d["call"], "during": "run", "part": part,
+                          "frame": bad.get("frame"), "call": d["call"],
+                          "during": "backward" if part == "backward" else "run", "part": part,
                           "source": node.get("source"), "source_lines": [],
                           "fx_node": _node_text(node), "kernel": node.get("kernel"),
                           "evidence": d, "traceback": ""})
@@ -40,7 +41,7 @@ def fail_if_nondeterministic(verdict: dict) -> None:
 def _node_text(node: dict) -> Optional[str]:
     if not node.get("node"):
         return None
-    level = " in the aten graph" if node.get("level") == "aten" else ""
+    level = {"aten": " in the aten graph", "aten backward": " in the backward aten graph"}.get(node.get("level"), "")
     return f"{node['node']} ({node['op']}{level})"
 
 

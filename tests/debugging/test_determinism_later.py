@@ -11,12 +11,14 @@ from tdbg.cli.console import exit_code
 from tdbg.cli.main import cli
 from tdbg.cli.determinism_view import ok_text
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "determinism_grain.py")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+SCRIPT = os.path.join(HERE, "determinism_grain.py")
+BACKENDS = os.path.join(HERE, "determinism_backends.py")
 
 
 def test_a_later_call_with_new_shapes_is_checked_and_named(tmp_path):
     out = tmp_path / "run.json"
-    r = CliRunner().invoke(cli, ["run", SCRIPT, "--backend", f"{SCRIPT}:grain_sum", "--check-determinism",
+    r = CliRunner().invoke(cli, ["run", SCRIPT, "--backend", f"{BACKENDS}:grain_sum", "--check-determinism",
                                  "--no-check-accuracy", "--json", str(out)])
     assert r.exit_code == exit_code("nondeterministic") == 24, r.output
     v = json.loads(out.read_text())["verdict"]
@@ -25,7 +27,7 @@ def test_a_later_call_with_new_shapes_is_checked_and_named(tmp_path):
     d = g["determinism"]
     assert (v["error"]["graph"], v["error"]["call"], d["call"], d["verdict"]) == (0, 2, 2, "backend")
     assert [x["path"] for x in d["compiled"]] == ["out[0]"] and d["compiled"][0]["elements"] == 1
-    assert d["first_node"]["source"].endswith("determinism_grain.py:35 in f: return h.sum()")
+    assert d["first_node"]["source"].endswith("determinism_grain.py:9 in f: return h.sum()")
 
 
 def test_the_ok_line_says_which_calls_were_checked():
@@ -35,3 +37,23 @@ def test_the_ok_line_says_which_calls_were_checked():
     assert ok_text(verdict) == ("; determinism checked on 2 of 2 graph(s) at 3 call(s) (each graph's first call "
                                 "and each call with new input shapes): the same bits on two compiled runs "
                                 "(gradients on 1)")
+
+
+BACKWARD = os.path.join(HERE, "determinism_backward.py")
+
+
+def test_only_gradients_differ_names_the_backward_graphs_node(tmp_path):
+    out = tmp_path / "run.json"
+    r = CliRunner().invoke(cli, ["run", BACKWARD, "--backend", f"{BACKENDS}:aot_mm_backward", "--check-determinism",
+                                 "--no-check-accuracy", "--json", str(out)])
+    assert r.exit_code == exit_code("nondeterministic"), r.output
+    v = json.loads(out.read_text())["verdict"]
+    err, d = v["error"], v["graphs"][0]["determinism"]
+    assert [x["path"] for x in d["compiled"]] == ["grad of w"]
+    # the backward's mm computing w's gradient: x.t() @ grad (the only mm: x needs no gradient)
+    assert (d["first_node"]["op"], d["first_node"]["level"]) == ("aten.mm", "aten backward")
+    assert (err["part"], err["during"]) == ("backward", "backward")
+    assert err["fx_node"] == f"{d['first_node']['node']} (aten.mm in the backward aten graph)"
+    assert d["first_node"]["source"].endswith("determinism_backward.py:8 in f: return torch.tanh(x @ w).sum()")
+    assert not any("located" in n for n in d["notes"])
+    assert "backward, while running (call 1)" in r.output
