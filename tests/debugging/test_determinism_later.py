@@ -5,6 +5,7 @@ it checked."""
 import json
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from tdbg.cli.console import exit_code
@@ -57,3 +58,41 @@ def test_only_gradients_differ_names_the_backward_graphs_node(tmp_path):
     assert d["first_node"]["source"].endswith("determinism_backward.py:8 in f: return torch.tanh(x @ w).sum()")
     assert not any("located" in n for n in d["notes"])
     assert "backward, while running (call 1)" in r.output
+
+
+# -- inputs copied as they are; a real nondeterministic Inductor kernel -------------------------------
+EMBEDDINGS = os.path.join(HERE, "embeddings_inductor.py")
+
+
+def test_the_checks_copy_inputs_with_their_strides():
+    import torch
+
+    from tdbg.minifier.diagnose.checks import _clones
+    for t in (torch.arange(32).expand(4, 32), torch.randn(8, 6)[:, ::2], torch.randn(3, 4).t(),
+              torch.randn(5, 7)[1:3], torch.randn(2, 3, 4).permute(2, 0, 1), torch.tensor(3.0)):
+        [c] = _clones([t])
+        assert (c.shape, c.stride()) == (t.shape, t.stride()) and torch.equal(c, t)
+        assert c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+
+
+@pytest.mark.slow
+def test_an_expanded_input_is_no_backend_failure(tmp_path):
+    """The accuracy check (on by default) ran torch:inductor's graph on contiguous copies of an
+    expanded input: Inductor's stride assert failed, reported as FAILED at stage backend (exit 19)."""
+    r = CliRunner().invoke(cli, ["run", EMBEDDINGS, "--backend", "torch:inductor"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("torch").get_num_threads() < 2, reason="one thread adds in one order")
+def test_inductors_atomic_add_embedding_backward_is_named_by_its_kernel(tmp_path):
+    out = tmp_path / "run.json"
+    r = CliRunner().invoke(cli, ["run", EMBEDDINGS, "--backend", "torch:inductor", "--check-determinism",
+                                 "--no-check-accuracy", "--json", str(out)])
+    assert r.exit_code == exit_code("nondeterministic"), r.output
+    v = json.loads(out.read_text())["verdict"]
+    node = v["graphs"][0]["determinism"]["first_node"]
+    assert (node["op"], node["level"]) == ("aten._unsafe_masked_index_put_accumulate", "aten backward")
+    assert node["kernel"].startswith("cpp_fused_") and "embedding_dense_backward" in node["kernel"]
+    assert node["source"].endswith("embeddings_inductor.py:20 in f: h = norm(word(ids) + tt(types) + pos(positions))")
+    assert v["error"]["kernel"] == node["kernel"]
