@@ -39,6 +39,7 @@ VERDICTS = {
 NONDETERMINISTIC = ("backend", "both")     # verdicts where the compiled results differ between runs
 RANDOM_REASON = ("its first differing value comes from a random op: the backend's random numbers do "
                  "not repeat from the same torch RNG state (torch.manual_seed cannot make them repeat)")
+LOCALIZE_RUNS = 5    # runs of the all-values copy compared with its first, until a node differs
 _BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}    # itemsize -> the integer dtype of its bits
 
 
@@ -301,23 +302,26 @@ def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernel
     if not nodes:
         return None
     compiled = compile_one(divergence.realized_graph(gm, nodes), _clones(inputs))
-    runs = []
-    for _ in range(2):
+    def run() -> list:
         torch.set_rng_state(rng)
         with torch.no_grad():
-            runs.append(pytree_leaves(compiled(*_clones(inputs))))
-    start = len(runs[0]) - len(nodes)    # the realized copy returns the graph's own outputs first
+            return pytree_leaves(compiled(*_clones(inputs)))
+    first = run()
+    start = len(first) - len(nodes)    # the realized copy returns the graph's own outputs first
     # `kernel_names()`: FX node -> kernel for a backend whose compiled graph does not carry them (Inductor)
     kernel = (kernel_names() or divergence.kernel_of(compiled)) if kernel_names and kernels else \
         divergence.kernel_of(compiled) if kernels else (lambda name: None)
-    for i, node in enumerate(nodes):
-        found = compare_values(node.name, runs[0][start + i], runs[1][start + i])
-        if found is not None:
-            producer = divergence._producer(node)
-            return {"node": node.name, "op": divergence._op_name(node) if node.op == "call_function" else
-                    _dynamo_op(node), "source": node_source(node, is_user_file), "kernel": kernel(producer.name),
-                    "random": divergence._is_random(producer) or _dynamo_random(node),
-                    "difference": found.to_dict()}
+    # a race (threads adding in another order) need not show on the next run: up to LOCALIZE_RUNS runs
+    for _ in range(LOCALIZE_RUNS - 1):
+        again = run()
+        for i, node in enumerate(nodes):
+            found = compare_values(node.name, first[start + i], again[start + i])
+            if found is not None:
+                producer = divergence._producer(node)
+                return {"node": node.name, "op": divergence._op_name(node) if node.op == "call_function" else
+                        _dynamo_op(node), "source": node_source(node, is_user_file), "kernel": kernel(producer.name),
+                        "random": divergence._is_random(producer) or _dynamo_random(node),
+                        "difference": found.to_dict()}
     return None
 
 

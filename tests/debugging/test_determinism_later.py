@@ -86,13 +86,18 @@ def test_an_expanded_input_is_no_backend_failure(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").get_num_threads() < 2, reason="one thread adds in one order")
 def test_inductors_atomic_add_embedding_backward_is_named_by_its_kernel(tmp_path):
+    """A race: two runs may add in the same order (about one check in three here saw the same bits),
+    so up to 4 checks; the first that sees it must name the node and kernel."""
     out = tmp_path / "run.json"
-    r = CliRunner().invoke(cli, ["run", EMBEDDINGS, "--backend", "torch:inductor", "--check-determinism",
-                                 "--no-check-accuracy", "--json", str(out)])
+    for _ in range(4):
+        r = CliRunner().invoke(cli, ["run", EMBEDDINGS, "--backend", "torch:inductor", "--check-determinism",
+                                     "--no-check-accuracy", "--json", str(out)])
+        if r.exit_code != 0:
+            break
     assert r.exit_code == exit_code("nondeterministic"), r.output
     v = json.loads(out.read_text())["verdict"]
     node = v["graphs"][0]["determinism"]["first_node"]
     assert (node["op"], node["level"]) == ("aten._unsafe_masked_index_put_accumulate", "aten backward")
     assert node["kernel"].startswith("cpp_fused_") and "embedding_dense_backward" in node["kernel"]
-    assert node["source"].endswith("embeddings_inductor.py:20 in f: h = norm(word(ids) + tt(types) + pos(positions))")
+    assert node["source"].endswith("embeddings_inductor.py:21 in f: h = norm(word(ids) + tt(types) + pos(positions))")
     assert v["error"]["kernel"] == node["kernel"]

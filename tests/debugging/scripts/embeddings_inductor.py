@@ -1,11 +1,12 @@
 """BERT's embeddings as plain torch (tests/debugging/test_determinism_later.py): three embeddings
 summed and layer-normed. Two things no toy showed:
 - `positions` is an expanded input (stride 0): a check that copied inputs with clone() made it
-  contiguous, and Inductor's compiled graph rejected it (`expected ... stride 32==0`): a correct
+  contiguous, and Inductor's compiled graph rejected it (`expected ... stride 128==0`): a correct
   program reported FAILED at stage backend;
-- Inductor fuses the token-type embedding's backward (all 128 tokens hit row 0) into a parallel
+- Inductor fuses the token-type embedding's backward (all 2048 tokens hit row 0) into a parallel
   C++ kernel that accumulates with atomic adds: with 2 or more threads, the rows' sums come out in
-  another order on each run (its gradient differs in the last bits between two runs)."""
+  another order on each run (its gradient differs in the last bits between two runs; at this
+  size 4 runs of 4 differed here, at 4 x 32 tokens one run of 3 came out the same)."""
 import torch
 
 torch.manual_seed(0)
@@ -21,8 +22,8 @@ def f(ids, types, positions):
     return lin(h).sum()
 
 
-ids = torch.randint(0, 1000, (4, 32))
-types = torch.zeros(4, 32, dtype=torch.long)
-positions = torch.arange(32).expand(4, 32)
+ids = torch.randint(0, 1000, (16, 128))
+types = torch.zeros(16, 128, dtype=torch.long)
+positions = torch.arange(128).expand(16, 128)
 torch.compile(f)(ids, types, positions).backward()
 print("ok", round(float(tt.weight.grad.abs().sum()), 1))
