@@ -43,9 +43,10 @@ def _generated(filename: str) -> bool:
 
 
 class LocalNames:
-    """`with LocalNames() as names:` -> names.first: storage ptr -> [local name, ...], one name per
-    new tensor bound at that storage by generated graph code inside the block, in order (freed
-    storage is reused: the n-th allocation at a pointer is the n-th name, see `peak_buffers`)."""
+    """`with LocalNames() as names:` -> names.first: storage ptr -> [(local name, storage bytes), ...],
+    one per new tensor bound at that storage by generated graph code inside the block, in order
+    (freed storage is reused: the n-th allocation of a size at a pointer is the n-th name of that
+    size there, see `peak_buffers`)."""
 
     def __init__(self):
         self.first: dict = {}
@@ -68,11 +69,12 @@ class LocalNames:
 
     def _line(self, frame, event, arg):
         import torch
-        bound, views = {}, set()
+        bound, views, sizes = {}, set(), {}
         for name, value in frame.f_locals.items():
             if isinstance(value, torch.Tensor):
                 try:
-                    bound[name] = value.untyped_storage().data_ptr()
+                    storage = value.untyped_storage()
+                    bound[name], sizes[name] = storage.data_ptr(), storage.nbytes()
                 except (RuntimeError, NotImplementedError):   # a tensor without storage (sparse, meta)
                     continue
                 if value._is_view():
@@ -90,7 +92,7 @@ class LocalNames:
             # one line: the storage is h's, still alive)
             holders = owners.get(ptr, set())
             if ptr not in self.first or (name not in views and not any(bound.get(h) == ptr for h in holders)):
-                self.first.setdefault(ptr, []).append(name)
+                self.first.setdefault(ptr, []).append((name, sizes[name]))
         return self._line
 
 
@@ -171,16 +173,16 @@ def _commented(lines: list, j: int) -> list:
 
 
 def live_at_peak(trace) -> dict:
-    """ptr -> (bytes, event index, how many earlier allocations of the call used that ptr) of the
-    call's allocations alive at the first instant of its peak."""
+    """ptr -> (bytes, event index, how many earlier allocations of the call of that size used that
+    ptr) of the call's allocations alive at the first instant of its peak."""
     live: dict = {}
     uses: dict = {}
     best, best_live, total = 0, {}, 0
     for i, (_, delta, ptr) in enumerate(trace.events):
         total += delta
         if delta > 0:
-            live[ptr] = (delta, i, uses.get(ptr, 0))
-            uses[ptr] = uses.get(ptr, 0) + 1
+            live[ptr] = (delta, i, uses.get((ptr, delta), 0))
+            uses[(ptr, delta)] = uses.get((ptr, delta), 0) + 1
         else:
             live.pop(ptr, None)
         if total > best:
@@ -190,11 +192,13 @@ def live_at_peak(trace) -> dict:
 
 def peak_buffers(trace, names: dict, namer: Namer, limit: int = TOP_BUFFERS) -> list:
     """The largest buffers alive at the peak: {"bytes", "name", "op", "made_by", "source"}. The
-    n-th allocation at a pointer takes the n-th name bound there (the last one when the names run
-    out: an allocation never bound to a local shifts the count, so the name is a best match)."""
+    n-th allocation of a size at a pointer takes the n-th name bound there to a storage of that
+    size (the last one when the names run out: an allocation of the same size never bound to a
+    local shifts the count, so the name is a best match; sizes keep temporaries of another size
+    from shifting it, which named BERT's buffers after the wrong nodes)."""
     rows = []
     for ptr, (size, index, nth) in live_at_peak(trace).items():
-        bound = names.get(ptr) or []
+        bound = [name for name, nbytes in names.get(ptr) or [] if nbytes == size]
         name = bound[min(nth, len(bound) - 1)] if bound else None
         op = trace.ops[index] if index < len(trace.ops) else None
         rows.append({"bytes": size, "name": name, "op": op, **namer.describe(name)})

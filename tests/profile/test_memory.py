@@ -216,7 +216,21 @@ def test_a_view_bound_after_its_base_is_not_taken_for_a_new_allocation():
     gm = torch.fx.symbolic_trace(M())
     with LocalNames() as names:
         gm(torch.randn(8, 8))
-    assert sorted(n for ns in names.first.values() for n in ns) == ["mul", "softmax", "x"]
+    assert sorted(n for ns in names.first.values() for n, _ in ns) == ["mul", "softmax", "x"]
+
+
+def test_a_temporary_of_another_size_at_a_reused_pointer_does_not_shift_names():
+    """The n-th allocation at a pointer took the n-th name bound there: an allocation never bound
+    to a local (an op's temporary) in between shifted every later name (BERT's eager buffers were
+    named after the wrong nodes). Names are matched by size too."""
+    from tdbg.minifier.diagnose.memory_buffers import Namer, peak_buffers
+    # pointer 1 holds in turn: a 64-byte temporary (never bound), a, b (alive at the peak, with
+    # 256 bytes at pointer 2), then c
+    events = [(0, 64, 1), (1, -64, 1), (2, 128, 1), (3, -128, 1), (4, 128, 1), (5, 256, 2), (6, -256, 2),
+              (7, -128, 1), (8, 128, 1)]
+    trace = Trace(events, duration_ns=9, ops=["aten::t"] * 2 + ["aten::mm"] * 7)
+    names = {1: [("a", 128), ("b", 128), ("c", 128)], 2: [("d", 256)]}
+    assert [(r["name"], r["bytes"]) for r in peak_buffers(trace, names, Namer())] == [("d", 256), ("b", 128)]
 
 
 @pytest.mark.slow
