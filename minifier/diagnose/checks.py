@@ -344,13 +344,8 @@ def clone_exact(a):
 
 def _dense(t) -> bool:
     """Non-overlapping and dense (some permutation of a contiguous layout): clone() keeps its strides."""
-    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1)
-    expected = 1
-    for st, n in dims:
-        if st != expected:
-            return False
-        expected *= n
-    return True
+    from tdbg.compiler.ir import FixedLayout
+    return FixedLayout(tuple(t.shape), tuple(t.stride()), t.dtype).is_dense()
 
 
 def _detach(value):
