@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from typing import Optional
 
-# backends whose graph code is Python that runs op by op (where pdb can stop in it)
-PYTHON_GRAPH_BACKENDS = ("eager", "aot_eager", "torch:eager", "torch:aot_eager")
+# backends where pdb can stop at a user line: graph code that is Python run op by op (eager,
+# aot_eager), or a compiled graph's Python wrapper calling the stop op between its kernels (tdbg's
+# output_code.py, Inductor's generated module); the stop op is a graph node, so a backend compiling
+# the graph its own way (a user's file.py:function) may not run it where it stands
+BREAK_BACKENDS = ("eager", "aot_eager", "torch:eager", "torch:aot_eager", "inductor", "tdbg", "torch:tdbg",
+                  "torch:inductor")
 
 
 def break_at_problem(break_at: Optional[str], script: str, backend: str) -> Optional[str]:
     """The one-paragraph problem with --break-at, or None."""
     if break_at is None:
         return None
-    if backend not in PYTHON_GRAPH_BACKENDS:
-        return (f"--break-at needs a backend whose graph code is Python run op by op "
-                f"({', '.join(PYTHON_GRAPH_BACKENDS)}), not {backend!r}: compiled backends (Inductor, tdbg) run "
-                "native kernels, so no Python line of theirs belongs to one user line. Add --backend eager "
-                "(the Dynamo graph) or --backend aot_eager (the aten graph AOTAutograd made of it).")
+    if backend not in BREAK_BACKENDS:
+        return (f"--break-at needs a backend it knows how to stop in ({', '.join(BREAK_BACKENDS)}), not "
+                f"{backend!r}: tdbg puts a stop op in the graph and pdb starts in the graph's own Python (FX code, "
+                "or the compiled graph's wrapper between kernels), which another backend may not run as a Python "
+                "statement at that place. Add --backend eager (the Dynamo graph), aot_eager (the aten graph) or a "
+                "compiler (inductor, torch:inductor: their output code).")
     from tdbg.minifier.diagnose.graph_pdb import check_at
     return check_at(break_at, script)
 

@@ -31,7 +31,8 @@ def fail_if_nondeterministic(verdict: dict) -> None:
     part = "forward" if any(not v["path"].startswith("grad of ") for v in d["compiled"]) else "backward"
     verdict.update(status="failed", stage="nondeterministic",
                    error={"type": "nondeterministic", "message": _message(d), "graph": bad["index"],
-                          "frame": bad.get("frame"), "call": d["call"], "during": "run", "part": part,
+                          "frame": bad.get("frame"), "call": d["call"],
+                          "during": "backward" if part == "backward" else "run", "part": part,
                           "source": node.get("source"), "source_lines": [],
                           "fx_node": _node_text(node), "kernel": node.get("kernel"),
                           "evidence": d, "traceback": ""})
@@ -40,7 +41,7 @@ def fail_if_nondeterministic(verdict: dict) -> None:
 def _node_text(node: dict) -> Optional[str]:
     if not node.get("node"):
         return None
-    level = " in the aten graph" if node.get("level") == "aten" else ""
+    level = {"aten": " in the aten graph", "aten backward": " in the backward aten graph"}.get(node.get("level"), "")
     return f"{node['node']} ({node['op']}{level})"
 
 
@@ -58,14 +59,17 @@ def _message(d: dict) -> str:
 
 
 def ok_text(verdict: dict) -> str:
-    """What the OK line adds: on how many graphs determinism was checked."""
+    """What the OK line adds: on how many graphs and calls determinism was checked."""
     if not verdict.get("check_determinism"):
         return ""
     graphs = verdict.get("graphs") or []
     checked = [g for g in _records(verdict) if g["determinism"]["verdict"] != "unchecked"]
     grads = sum(1 for g in checked if g["determinism"].get("grads_checked"))
-    return (f"; determinism checked on {len(checked)} of {len(graphs)} graph(s): the same bits on two compiled "
-            f"runs (gradients on {grads})")
+    calls = sum(len(g.get("determinism_calls") or [1]) for g in checked)
+    # which calls: the same bits on call 1 says nothing of a later call with other input shapes
+    return (f"; determinism checked on {len(checked)} of {len(graphs)} graph(s) at {calls} call(s) (each graph's "
+            f"first call and each call with new input shapes): the same bits on two compiled runs "
+            f"(gradients on {grads})")
 
 
 def note_lines(verdict: dict) -> list:

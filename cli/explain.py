@@ -132,12 +132,18 @@ def render(report: dict, verdict: dict, problems: list, script: str, backend: st
         err = verdict.get("error") or {}
         violation = report.get("shape_violation")
         if violation:
+            # a shape finding, not the script's own failure: Dynamo refused the frame's guards
             c.print(f"[bold red]Shape specialized:[/] {escape(violation['source'])} was marked dynamic, but "
                     f"{escape(violation['at'])}  {escape(violation['code'])}  made it the constant "
                     f"{escape(violation['value'])}")
+            c.print(f"      guard: {escape(violation['source'])} == {escape(violation['value'])} "
+                    "(the graph would hold only for that size)")
+            c.print(f"      why: {escape(violation['cause'])}; Dynamo refuses to compile the frame "
+                    "(ConstraintViolationError), so the run stopped there")
             c.print(f"      fix: {escape(violation['fix'])}")
-        c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
-                f"{escape(str(err.get('message', '')))}")
+        else:
+            c.print(f"[bold red]The script failed[/] ({escape(common.STAGE_WORDS.get(verdict['stage'], ''))}): "
+                    f"{escape(str(err.get('message', '')))}")
     if report.get("caches") is not None:
         render_caches(c, report["caches"])
     for problem in problems:
@@ -179,7 +185,9 @@ def _render_function(c, fn: dict) -> None:
     told: set = set()   # a size recompile's why and fix, said once per function
     for r in fn["recompiles"]:
         where = f" at {r['line']}" if r.get("line") else ""
-        c.print(f"  [bold magenta]recompile[/] of {escape(common.frame_label(r['frame']))}{escape(where)}: {escape(r['changed'])}")
+        head = "recompile" if r.get("compiled", True) else "guard failure (NOT recompiled: Dynamo's recompile limit)"
+        c.print(f"  [bold magenta]{head}[/] of {escape(common.frame_label(r['frame']))}{escape(where)}: "
+                f"{escape(r['changed'])}")
         for other in r["also"]:
             c.print(f"      also: {escape(other)}")
         size = r.get("size")
@@ -211,8 +219,12 @@ def render_caches(c, section: dict) -> None:
     for key, words in (("inductor", "Inductor cache dir"), ("tdbg_build", "tdbg build cache dir")):
         if (section.get("cache_dirs") or {}).get(key):
             c.print(f"  {words}: {escape(section['cache_dirs'][key])}")
-    c.print("  " + escape("; ".join(summary_words(section)) or "no compile-cache lookup (nothing was compiled "
-                                                               "by a backend with a cache)"))
+    off = section.get("turned_off") or []
+    for row in off:   # a cache turned off looks nothing up: without this line it would go unmentioned
+        c.print(f"  [bold red]{escape(row['words'])}[/]")
+    c.print("  " + escape("; ".join(summary_words(section)) or (
+        "no other compile-cache lookup" if off else "no compile-cache lookup (nothing was compiled by a backend "
+                                                   "with a cache)")))
     for g in section["graphs"]:
         c.print(f"  graph {escape(str(g['compile_id']))}" + (f" {escape(g['frame'])}" if g.get("frame") else "") + ":")
         for row in g["lookups"]:
@@ -257,9 +269,16 @@ def _render_shapes(c, fn: dict, told: set) -> None:
                         c.print(f"          fix: {escape(g['fix'])}")
     for storm in shapes.get("storms") or []:
         sizes = ", ".join(map(str, storm["sizes"]))
+        cut = f", cut short by {storm['cut_by']}" if storm.get("cut_by") else ""
         c.print(f"  [bold red]recompile storm:[/] {escape(storm['source'])} never stabilized: "
-                f"{storm['recompiles']} recompiles over sizes {escape(sizes)}")
+                f"{storm['recompiles']} recompiles over sizes {escape(sizes)}{escape(cut)}")
         c.print(f"      fix: {escape(storm['fix'])}")
+    limit = fn.get("recompile_limit")
+    if limit:
+        c.print(f"  [bold red]recompile limit:[/] {escape(limit['words'])}")
+        if limit.get("reason"):
+            c.print(f"      last guard failure: {escape(limit['reason'])}")
+        c.print(f"      fix: {escape(limit['fix'])}")
 
 
 def _dim_words(d: dict) -> str:

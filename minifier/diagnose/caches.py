@@ -92,6 +92,7 @@ class CacheRecorder(logging.Handler):
     def __init__(self, path: str):
         super().__init__(logging.DEBUG)
         self.path, self.strings, self.frames, self.dirs = path, {}, {}, None
+        self.settings = None
 
     def install(self) -> "CacheRecorder":
         from tdbg.compiler.torch_compat import trace_log
@@ -125,6 +126,12 @@ class CacheRecorder(logging.Handler):
                 top = stack[-1]
                 path = self.strings.get(top.get("filename"), "?")
                 self.frames[cid] = f"{top.get('name')} ({_rel(path)}:{top.get('line')})"
+            return
+        if "compilation_metrics" in md:    # a frame's compile ended: were its caches on?
+            settings = cache_settings()
+            if settings != self.settings:
+                self.settings = settings
+                self._write({"settings": settings})
             return
         name = (md.get("artifact") or {}).get("name", "")
         layer = next((v[0] for prefix, v in LAYERS.items() if name.startswith(prefix)), None)
@@ -174,6 +181,55 @@ def _cache_dirs() -> dict:
     if INDUCTOR.entries["inductor_cache_dir"].module in sys.modules:   # never load Inductor for this
         dirs["inductor"] = INDUCTOR.resolve("inductor_cache_dir")()
     return dirs
+
+
+# A cache turned off makes no lookup at all, so no artifact says so: its setting is read when each
+# frame's compile ends (the script may change it). (setting, layers it turns off, how it is set)
+SWITCHES = (
+    ("torch._inductor.config.force_disable_caches", ("inductor_fx_graph", "aot_autograd"),
+     "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 or torch.compiler.config.force_disable_caches"),
+    ("torch._inductor.config.fx_graph_cache", ("inductor_fx_graph",), "TORCHINDUCTOR_FX_GRAPH_CACHE=0"),
+    ("torch._functorch.config.enable_autograd_cache", ("aot_autograd",), "TORCHINDUCTOR_AUTOGRAD_CACHE=0"),
+)
+
+
+def cache_settings() -> dict:
+    """{setting: value} of SWITCHES whose module is loaded (none is imported for this), and
+    `inductor_loaded`: whether Inductor's compile ran in this process (its caches matter)."""
+    import importlib
+    import sys
+    out = {}
+    for name, _, _ in SWITCHES:
+        module, attr = name.rsplit(".", 1)
+        if module in sys.modules:
+            out[name] = getattr(importlib.import_module(module), attr, None)
+    out["inductor_loaded"] = "torch._inductor.compile_fx" in sys.modules
+    return out
+
+
+def turned_off(settings: Optional[dict]) -> list:
+    """[{layer, layer_words, setting, how, words}] for each cache layer a setting turned off (the
+    first switch that turns a layer off names it), only when Inductor compiled in the run."""
+    if not settings or not settings.get("inductor_loaded"):
+        return []
+    words = {lid: w for lid, w in LAYERS.values()}
+    off: dict = {}
+    for name, layers, how in SWITCHES:
+        value = settings.get(name)
+        # force_disable_caches turns caches off when True; the others when False
+        disabled = bool(value) if name.endswith("force_disable_caches") else value is False
+        for layer in layers if disabled else ():
+            off.setdefault(layer, {"layer": layer, "layer_words": words[layer], "setting": f"{name} = {value}",
+                                   "how": how, "words": f"{words[layer]}: OFF ({name} = {value}; {how} sets it): "
+                                   "no lookup was made, every graph was compiled afresh"})
+    return list(off.values())
+
+
+def read_settings(path: str) -> Optional[dict]:
+    """The last cache settings a CacheRecorder wrote to `path` (None when no compile ended)."""
+    from tdbg.minifier.runs.runner import read_jsonl
+    found = [e["settings"] for e in read_jsonl(path) if "settings" in e]
+    return found[-1] if found else None
 
 
 def read_events(path: str) -> tuple:
@@ -371,7 +427,9 @@ def explain_caches(request, against: Optional[str] = None) -> tuple:
         path = os.path.join(tmp, "second.jsonl")
         verdict = run_script(dataclasses.replace(request, cache_events=path))
         events, dirs = read_events(path)
+        settings = read_settings(path)
     section = compare(events, earlier, against or "the first run of this command")
+    section.update(settings=settings, turned_off=turned_off(settings))
     used = {DIR_OF[e["layer"]] for e in events}    # a directory no lookup read would only mislead
     section.update(first_run=first, cache_dirs={k: v for k, v in dirs.items() if k in used}, lookups=events)
     return verdict, section

@@ -323,8 +323,29 @@ def trace_source(trace: str, is_user_file: Callable[[str], bool]) -> Optional[st
 
 # -- helpers ------------------------------------------------------------------------------------
 def _clones(args) -> list:
+    """Detached copies of the tensors of `args` with the same sizes AND strides: a compiled graph
+    may assert its inputs' strides (Inductor does), and `clone()` makes an expanded (stride 0) or
+    sliced input contiguous, which failed a correct program at stage backend."""
     import torch
-    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    return [clone_exact(a) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def clone_exact(a):
+    """`a` detached and copied, sizes and strides kept (storage offset 0). A dense tensor is
+    `clone()`d; any other strided one (broadcast, gapped) copies the span of storage it reads."""
+    import torch
+    t = a.detach()
+    if t.layout != torch.strided or t.numel() == 0 or _dense(t):
+        return t.clone()
+    span = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+    flat = torch.as_strided(t, (span,), (1,), t.storage_offset())
+    return torch.as_strided(flat.clone(), t.shape, t.stride(), 0)
+
+
+def _dense(t) -> bool:
+    """Non-overlapping and dense (some permutation of a contiguous layout): clone() keeps its strides."""
+    from tdbg.compiler.ir import FixedLayout
+    return FixedLayout(tuple(t.shape), tuple(t.stride()), t.dtype).is_dense()
 
 
 def _detach(value):

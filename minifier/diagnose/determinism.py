@@ -39,6 +39,7 @@ VERDICTS = {
 NONDETERMINISTIC = ("backend", "both")     # verdicts where the compiled results differ between runs
 RANDOM_REASON = ("its first differing value comes from a random op: the backend's random numbers do "
                  "not repeat from the same torch RNG state (torch.manual_seed cannot make them repeat)")
+LOCALIZE_RUNS = 5    # runs of the all-values copy compared with its first, until a node differs
 _BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}    # itemsize -> the integer dtype of its bits
 
 
@@ -193,24 +194,55 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
             return result
         result.verdict = {(False, False): "deterministic", (True, False): "backend", (False, True): "eager",
                           (True, True): "both"}[(bool(result.compiled), bool(result.eager))]
-        if result.compiled and localize_with is not None and _forward_differs(result.compiled):
+        backward_only = bool(result.compiled) and not _forward_differs(result.compiled)
+        if result.compiled and localize_with is not None and (not backward_only or _localizes_backward(localize_with)):
             try:
-                result.first_node = localize_with(snap, inputs, rng)
+                # only gradients differ: the backward aten graph is where to look
+                result.first_node = localize_with(snap, inputs, rng, needs=needs) if backward_only else \
+                    localize_with(snap, inputs, rng)
             except Exception as e:   # the answer stands without a node; the note says why
                 result.notes.append(f"the first differing node could not be found ({type(e).__name__}: "
                                     f"{_first_line(e)})")
             if result.first_node is None and not any("could not" in n for n in result.notes):
                 result.notes.append("no single node's value differs between two runs of the all-values copy of "
                                     "the graph: the nondeterminism shows only in the graph as compiled (fusion)")
-        if result.compiled and not _forward_differs(result.compiled):
+        if backward_only and not (result.first_node or {}).get("level") == "aten backward":
             result.notes.append("only gradients differ between runs: the nondeterminism is in the backward "
-                                "(nodes are located in forward graphs only)")
+                                "(its nodes are located only for backends with an AOT stage tdbg hooks)")
         if result.compiled and result.first_node and result.first_node.get("random"):
             result.reason = RANDOM_REASON
     finally:
         torch.set_rng_state(rng)
         result.seconds = round(time.perf_counter() - start, 4)
     return result
+
+
+def _inductor_kernels(compile_one: Callable) -> tuple:
+    """(compile_one compiling afresh, () -> FX node -> Inductor's C++ kernel computing it, or None):
+    the kernels' FX nodes are the origins Inductor records while generating them (a hit in its FX
+    graph cache generates nothing, hence afresh; kernel names need record_kernel_origins on)."""
+    from tdbg.minifier.runs import inductor_hooks
+    origins: dict = {}
+
+    def compile_fresh(g, example_inputs):
+        with inductor_hooks.inductor_config.patch(fx_graph_cache=False):
+            compiled = compile_one(g, example_inputs)
+        origins.update(inductor_hooks.kernel_origins(g.graph))
+        return compiled
+
+    def names() -> Optional[Callable]:
+        if not origins:
+            return None
+        first: dict = {}
+        for kernel, nodes in origins.items():
+            for name, _ in nodes:
+                first.setdefault(name, kernel)
+        return lambda name: first.get(name)
+    return compile_fresh, names
+
+
+def _localizes_backward(localize_with: Callable) -> bool:
+    return bool(getattr(localize_with, "backward", False))
 
 
 def _forward_differs(found: list) -> bool:
@@ -250,7 +282,8 @@ def _first_line(e: BaseException) -> str:
 
 
 # -- where: the first node whose value differs between runs --------------------------------------
-def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernels: bool = True) -> Optional[dict]:
+def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernels: bool = True,
+                         kernel_names: Optional[Callable] = None) -> Optional[dict]:
     """{"node", "op", "source", "kernel", "random", "difference"} of the first node (graph order)
     of `gm` whose value differs between two runs of an all-values copy of `gm` compiled once by
     `compile_one(gm, inputs)`, each run on fresh copies of `inputs` from RNG state `rng`; None
@@ -269,21 +302,26 @@ def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernel
     if not nodes:
         return None
     compiled = compile_one(divergence.realized_graph(gm, nodes), _clones(inputs))
-    runs = []
-    for _ in range(2):
+    def run() -> list:
         torch.set_rng_state(rng)
         with torch.no_grad():
-            runs.append(pytree_leaves(compiled(*_clones(inputs))))
-    start = len(runs[0]) - len(nodes)    # the realized copy returns the graph's own outputs first
-    kernel = divergence.kernel_of(compiled) if kernels else (lambda name: None)
-    for i, node in enumerate(nodes):
-        found = compare_values(node.name, runs[0][start + i], runs[1][start + i])
-        if found is not None:
-            producer = divergence._producer(node)
-            return {"node": node.name, "op": divergence._op_name(node) if node.op == "call_function" else
-                    _dynamo_op(node), "source": node_source(node, is_user_file), "kernel": kernel(producer.name),
-                    "random": divergence._is_random(producer) or _dynamo_random(node),
-                    "difference": found.to_dict()}
+            return pytree_leaves(compiled(*_clones(inputs)))
+    first = run()
+    start = len(first) - len(nodes)    # the realized copy returns the graph's own outputs first
+    # `kernel_names()`: FX node -> kernel for a backend whose compiled graph does not carry them (Inductor)
+    kernel = (kernel_names() or divergence.kernel_of(compiled)) if kernel_names and kernels else \
+        divergence.kernel_of(compiled) if kernels else (lambda name: None)
+    # a race (threads adding in another order) need not show on the next run: up to LOCALIZE_RUNS runs
+    for _ in range(LOCALIZE_RUNS - 1):
+        again = run()
+        for i, node in enumerate(nodes):
+            found = compare_values(node.name, first[start + i], again[start + i])
+            if found is not None:
+                producer = divergence._producer(node)
+                return {"node": node.name, "op": divergence._op_name(node) if node.op == "call_function" else
+                        _dynamo_op(node), "source": node_source(node, is_user_file), "kernel": kernel(producer.name),
+                        "random": divergence._is_random(producer) or _dynamo_random(node),
+                        "difference": found.to_dict()}
     return None
 
 
@@ -318,20 +356,24 @@ def localizer(backend_fn: Callable, config) -> Callable:
     Dynamo graph, compiled by `backend_fn` itself."""
     from tdbg.minifier.runs import aot_capture
 
-    def localize(snap, inputs, rng):
+    def localize(snap, inputs, rng, needs=None):
         if aot_capture.family_of(backend_fn) is None:
-            return first_differing_node(snap, inputs, backend_fn, rng, kernels=False)
-        return _aten_first_node(backend_fn, config, snap, inputs, rng)
+            # no backward graph of the backend's own to look in (needs: only gradients differ)
+            return None if needs is not None else first_differing_node(snap, inputs, backend_fn, rng, kernels=False)
+        return _aten_first_node(backend_fn, config, snap, inputs, rng, needs=needs)
+    localize.backward = True    # check_graph asks it about gradients too (needs=)
     return localize
 
 
-def _aten_first_node(backend_fn, config, snap, inputs: list, rng) -> Optional[dict]:
+def _aten_first_node(backend_fn, config, snap, inputs: list, rng, needs: Optional[list] = None) -> Optional[dict]:
     """Compile `snap` through the backend's own AOT stage, run it once to catch its forward (or
     inference) aten graph with that graph's real inputs, then find that graph's first differing
-    node with the backend's per-graph compiler."""
+    node with the backend's per-graph compiler. With `needs` (which inputs require grad: only the
+    gradients differ), run forward and backward (checks._grads: the seeded grad_outputs) and look
+    in the backward aten graph instead (level "aten backward")."""
     import torch
 
-    from tdbg.minifier.diagnose.checks import _clones, snapshot
+    from tdbg.minifier.diagnose.checks import _clones, _grads, snapshot
     from tdbg.minifier.runs import aot_capture
     seen: list = []   # (kind, aten graph, its compile_one, its inputs at the call)
 
@@ -347,15 +389,27 @@ def _aten_first_node(backend_fn, config, snap, inputs: list, rng) -> Optional[di
         return run
     _, capturing = aot_capture.capture(backend_fn, hook, config)
     graph = snapshot(snap)
-    compiled = capturing(graph, _clones(inputs))
-    torch.set_rng_state(rng)
-    with torch.no_grad():
-        compiled(*_clones(inputs))
-    forward = next((e for e in seen if e[0] in ("forward", "inference") and e[3] is not None), None)
-    if forward is None:
+    if needs is None:
+        compiled = capturing(graph, _clones(inputs))
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            compiled(*_clones(inputs))
+        wanted, level = ("forward", "inference"), "aten"
+    else:
+        example = [a.detach().clone().requires_grad_(True) if need else a for a, need in zip(_clones(inputs), needs)]
+        with torch.enable_grad():
+            compiled = capturing(graph, example)
+        torch.set_rng_state(rng)
+        _grads(compiled, _clones(inputs), needs)
+        wanted, level = ("backward",), "aten backward"
+    found_graph = next((e for e in seen if e[0] in wanted and e[3] is not None), None)
+    if found_graph is None:
         return None
-    _, gm, compile_one, aten_inputs = forward
-    found = first_differing_node(gm, aten_inputs, compile_one, rng)
+    _, gm, compile_one, aten_inputs = found_graph
+    kernel_names = None
+    if aot_capture.family_of(backend_fn) == "torch:inductor":
+        compile_one, kernel_names = _inductor_kernels(compile_one)
+    found = first_differing_node(gm, aten_inputs, compile_one, rng, kernel_names=kernel_names)
     if found is not None:
-        found["level"] = "aten"
+        found["level"] = level
     return found

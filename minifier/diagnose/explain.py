@@ -159,7 +159,10 @@ def build_report(verdict: dict) -> dict:
         size = _size_cause(first, group[0], fn)
         others = sorted({plain_recompile(r["reason"])["changed"] for r in group[1:]} - {first["changed"]})
         fn["recompiles"].append({"frame": group[0]["frame"], **first, "failed_guards": len(group),
-                                 "also": others, "size": size})
+                                 "also": others, "size": size, "compiled": True,
+                                 "dynamo_reasons": [r["reason"] for r in group]})
+    for limit in verdict.get("recompile_limits") or []:
+        _limit_hit(_function(functions, function_of(limit["frame"])), limit)
     stopped = stopped_by(verdict)
     if stopped:
         fn = _function(functions, stopped["function"])
@@ -174,13 +177,16 @@ def build_report(verdict: dict) -> dict:
             g["again_of"] = None if earlier == g["index"] else earlier
             g["again"] = None if g["again_of"] is None else (
                 "recompile" if (g["frame"], g["index"]) in recompiled else "other_path")
-        sized = [r["size"] for r in fn["recompiles"] if r["size"]]
+        sized = [dict(r["size"], compiled=r["compiled"]) for r in fn["recompiles"] if r["size"]]
         fn["shapes"]["storms"] = shapes.storms(fn["function"], sized)
         fn["shapes"]["dims"] = shapes.count_states(fn["shapes"]["frames"])
         fn["graph_count"] = len({g["frame"] for g in fn["graphs"]})
         fn["compiled_graphs"] = len(fn["graphs"])
         fn["graph_breaks"] = len(fn["breaks"])
-        fn["recompile_count"] = len(fn["recompiles"])
+        fn["recompile_count"] = sum(1 for r in fn["recompiles"] if r["compiled"])
+        if fn.get("recompile_limit"):
+            for storm in fn["shapes"]["storms"]:   # the storm did not end: Dynamo gave up on it
+                storm["cut_by"] = fn["recompile_limit"]["limit"]
     totals = {"functions": len(functions),
               "graphs": sum(f["graph_count"] for f in functions.values()),
               "compiled_graphs": sum(f["compiled_graphs"] for f in functions.values()),
@@ -226,6 +232,24 @@ def stopped_by(verdict: dict) -> Optional[dict]:
     return {"function": function_of(m["fn"]) if m else "<unknown>", "line": line,
             "reason": plain_break_reason(message), "dynamo_reason": _first_line(message),
             "user_stack": [line], "count": 1}
+
+
+def _limit_hit(fn: dict, limit: dict) -> None:
+    """Dynamo's recompile limit stopped compiling `fn`'s frame: the guard failure that would have
+    recompiled it compiled nothing (its recompile is marked so, and not counted), and calls from
+    then on that match none of the frame's graphs ran uncompiled."""
+    reason = limit.get("reason") or ""
+    hit = next((r for r in reversed(fn["recompiles"]) if r["compiled"] and reason and any(
+        reason == d or reason.endswith(d) or d.endswith(reason) for d in r["dynamo_reasons"])), None)
+    if hit is not None:
+        hit["compiled"] = False
+    at = f"{_rel(limit['file'])}:{limit['line']}" if limit.get("file") else None
+    fn["recompile_limit"] = {
+        "limit": limit["limit"], "value": limit["value"], "at": at, "reason": reason,
+        "words": f"Dynamo stopped compiling {limit['frame']} at {limit['limit']} = {limit['value']}: the call that "
+                 "would have recompiled it, and every later call matching none of its graphs, ran uncompiled "
+                 "(eager)",
+        "fix": f"remove the recompiles' cause (see them); raising {limit['limit']} only delays the stop"}
 
 
 def _recompile_groups(failures: list) -> list:

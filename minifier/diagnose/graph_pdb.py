@@ -10,8 +10,12 @@ next line is the graph's first statement from the user's line, with the graph's 
 Why an op and not a `breakpoint()` call: a Python call in the Dynamo graph would run once, at
 trace time, for backends that trace the graph again (AOTAutograd). As an op it survives
 AOTAutograd into the aten graph, so the stop is in the Python that runs: the Dynamo graph under
-the `eager` backend, the aten forward graph under `aot_eager`. Compiled backends (Inductor, tdbg)
-run native kernels with no per-op Python line; the CLI refuses --break-at for them.
+the `eager` backend, the aten forward graph under `aot_eager`. A compiler (tdbg's, Inductor) does
+not lower the op: it stays an aten call in the compiled graph's Python wrapper (tdbg's
+output_code.py, Inductor's generated module), between the kernels, so pdb stops there, before the
+kernel that computes the user's line (the stop op splits fusion at that point: the kernels around
+it are not the ones the run compiles without --break-at). tdbg's output code is exec'd from a
+string; its text is put in linecache so that pdb lists it.
 
 The op returns a copy of its input (a new tensor keeps it functional; its gradient passes
 through), so a graph's values are unchanged.
@@ -51,15 +55,18 @@ def stop_op():
 def _stop(where: str) -> None:
     """Start pdb in the nearest FX-generated frame up the stack (the graph's forward)."""
     frame = sys._getframe(1)
-    while frame is not None and not frame.f_code.co_filename.startswith("<eval_with_key>"):
+    while frame is not None and not _graph_code(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:   # called outside a graph (e.g. by hand): nothing to stop in
         return
+    _register_source(frame)
     # FX clears each value after its last use, so only the live ones are worth naming
     live = ", ".join(k for k, v in frame.f_locals.items() if k != "self" and v is not None)
+    # the statement running the stop op binds its result: FX's node `stop_at`, a compiled graph's bufN
+    bound = re.match(r"\s*(\w+) = ", linecache.getline(frame.f_code.co_filename, frame.f_lineno))
     sys.stdout.write(f"tdbg: stopped in graph code {frame.f_code.co_filename} at the first op of {where}; "
-                     f"`stop_at` is the tensor that op reads (live values: {live}). `l` lists the graph's code, "
-                     "`c` continues.\n")
+                     f"`{bound.group(1) if bound else 'stop_at'}` is the tensor that op reads (live values: {live}). "
+                     "`l` lists the graph's code, `c` continues.\n")
     sys.stdout.flush()
     debugger = _debugger()
     # Bdb.set_trace(frame) steps into the next event anywhere (here: torch's checks of this op's
@@ -72,6 +79,31 @@ def _stop(where: str) -> None:
         f = f.f_back
     debugger.set_next(frame)
     sys.settrace(debugger.trace_dispatch)
+
+
+def _register_source(frame) -> None:
+    """tdbg's output code is exec'd from a string: put its text in linecache (pdb's `l` reads it
+    there), from the CompiledGraph (`source_code`) found as a local of a caller frame."""
+    name = frame.f_code.co_filename
+    if not name.startswith("<tdbg output code") or linecache.getline(name, 1):
+        return
+    f = frame.f_back
+    while f is not None:
+        source = next((v.source_code for v in f.f_locals.values()
+                       if isinstance(getattr(v, "source_code", None), str) and v.source_code), None)
+        if source:
+            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+            return
+        f = f.f_back
+
+
+def _graph_code(filename: str) -> bool:
+    """A compiled graph's own Python: FX's generated forward, or tdbg's output_code.py (its call
+    of the stop op is an aten fallback between kernels, under the user line's comment)."""
+    if filename.startswith(("<eval_with_key>", "<tdbg output code")) or os.path.basename(filename) == "output_code.py":
+        return True
+    from tdbg.minifier.runs.instrument import _in_inductor_cache   # Inductor's generated module
+    return filename.endswith(".py") and _in_inductor_cache(os.path.realpath(filename))
 
 
 def _debugger():

@@ -18,8 +18,8 @@ What is compared, per graph Dynamo hands the backend (`MemoryRecorder`, installe
   forward   the Dynamo graph's call (kind "forward"; "inference" when grad is off): the backend's
             compiled callable vs an untouched copy of the graph run by PyTorch eager on clones of
             the same inputs, in the same grad mode (so eager autograd saves what it saves)
-  backward  for backends with an AOT stage (aot_capture FAMILIES: tdbg, torch:inductor,
-            aot_autograd backends) the compiled backward aten graph vs the same aten graph run
+  backward  for backends with an AOT stage (aot_capture.WITH_TORCH_AOT_EAGER: tdbg, torch:inductor,
+            aot_autograd backends, torch:aot_eager) the compiled backward aten graph vs the same aten graph run
             eagerly op by op on clones of its inputs; other backends compile no backward graph
 
 The first `calls` calls of each graph are measured (each measurement starts and stops the
@@ -148,7 +148,7 @@ def _allocations(prof) -> tuple:
 
     def walk(node, op):
         extra = node.extra_fields
-        if op is None and node.name.startswith("aten::"):
+        if op is None and "::" in node.name:   # aten::mm, mkl::_mkl_reorder_linear_weight, ...
             op = node.name
         if type(extra).__name__ == "_ExtraFields_Allocation" and extra.alloc_size:
             raw.append((node.start_time_ns, len(raw), extra.alloc_size, extra.ptr, op))
@@ -242,8 +242,9 @@ class GraphMemory:
     frame: str
     source: Optional[str]           # its first user line, "file:line  code"
     has_backward_graph: bool = False
-    # AOT kind -> (its aten graph's untouched copy, what the backend compiled it to): names the
-    # compiled code's buffers (memory_buffers.Namer)
+    # AOT kind -> (its aten graph's untouched copy, what the backend compiled it to, the kernels'
+    # FX nodes when the backend does not carry them: Inductor's): names the compiled code's
+    # buffers (memory_buffers.Namer)
     aot: dict = field(default_factory=dict, repr=False)
     calls: list = field(default_factory=list)     # CallMemory
     skipped: list = field(default_factory=list)   # {"kind", "call", "reason"}
@@ -357,8 +358,11 @@ class MemoryRecorder:
 
     def backend_for(self, backend) -> Callable:
         """The Dynamo backend: `backend` with every graph (and its AOT backward) measured."""
-        from tdbg.minifier.runs import aot_capture
-        family = aot_capture.family_of(backend)
+        from tdbg.minifier.runs import aot_capture, inductor_hooks
+        families = aot_capture.WITH_TORCH_AOT_EAGER
+        family = aot_capture.family_of(backend, families)
+        if family == "torch:inductor":   # its kernels' FX nodes name the buffers at the peak
+            inductor_hooks.record_kernel_origins()
 
         def compile_graph(gm, example_inputs):
             from tdbg.minifier.diagnose.checks import snapshot
@@ -368,8 +372,8 @@ class MemoryRecorder:
                 compiled = backend.compiler_fn(gm, example_inputs)
             else:
                 record.has_backward_graph = True
-                hook = functools.partial(self._aot_hook, record)
-                compiled = aot_capture.capture(backend, hook, self.config)[1](gm, example_inputs)
+                hook = functools.partial(self._aot_hook, record, family)
+                compiled = aot_capture.capture(backend, hook, self.config, families)[1](gm, example_inputs)
             return self._measured(compiled, snap, record, None)
         return compile_graph
 
@@ -381,11 +385,20 @@ class MemoryRecorder:
         self.graphs.append(record)
         return record
 
-    def _aot_hook(self, record: GraphMemory, gm, example_inputs, kind: str, compile_one):
+    def _aot_hook(self, record: GraphMemory, family: str, gm, example_inputs, kind: str, compile_one):
         from tdbg.minifier.diagnose.checks import snapshot
+        from tdbg.minifier.runs import inductor_hooks
         snap = snapshot(gm)
-        compiled = compile_one(gm, example_inputs)
-        record.aot[kind] = (snap, compiled)
+        kernels = None
+        if family == "torch:inductor":
+            # A hit in Inductor's FX graph cache generates no kernel, so no origins would be
+            # recorded: compile afresh (the same code; only the compile takes longer)
+            with inductor_hooks.inductor_config.patch(fx_graph_cache=False):
+                compiled = compile_one(gm, example_inputs)
+            kernels = inductor_hooks.kernel_origins(gm.graph)
+        else:
+            compiled = compile_one(gm, example_inputs)
+        record.aot[kind] = (snap, getattr(compiled, "tdbg_compiled", compiled), kernels)
         if kind != "backward":   # forward and inference are measured whole, at the Dynamo graph
             return compiled
         return self._measured(compiled, snap, record, "backward")
@@ -434,7 +447,7 @@ class MemoryRecorder:
             record.skipped.append({"kind": kind, "call": call, "reason": str(e)})
             return compiled(*args)
         e_trace, e_out = eager if eager else (None, None)
-        aten_snap, aten_compiled = record.aot.get(kind, (snap, None))
+        aten_snap, aten_compiled, kernels = record.aot.get(kind, (snap, None, None))
         record.calls.append(CallMemory(
             record.graph, kind, call,
             eager_peak_bytes=e_trace.peak if e_trace else None, compiled_peak_bytes=trace.peak,
@@ -446,7 +459,8 @@ class MemoryRecorder:
             compiled_saved_bytes=sum(compiled_saved.values()) if kind == "forward" else None,
             compiled_reused_bytes=reused_bytes(actual, trace.live_at_end(), args),
             eager_peak_buffers=peak_buffers(e_trace, eager_names, Namer(snap)) if e_trace else [],
-            compiled_peak_buffers=peak_buffers(trace, compiled_names, Namer(aten_snap, aten_compiled))))
+            compiled_peak_buffers=peak_buffers(trace, compiled_names, Namer(
+                aten_snap, aten_compiled, kernels, also=(snap,) if aten_snap is not snap else ()))))
         return actual
 
 

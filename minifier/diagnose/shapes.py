@@ -297,11 +297,13 @@ def _static_size(m, cid: str, guard: str, record: Optional[dict]) -> dict:
 
 def storms(frame: str, sized: list) -> list:
     """Dims of `frame` that recompiled for STORM_SIZES or more different sizes: [{frame, source,
-    recompiles, sizes}]. `sized` are link_recompile() results of that frame's recompiles."""
+    recompiles, sizes}]. `sized` are link_recompile() results of that frame's recompiles (one with
+    `compiled` False, stopped by Dynamo's recompile limit, adds its size but no recompile)."""
     by_source: dict = {}
     for s in sized:
-        entry = by_source.setdefault(s["source"], {"recompiles": 0, "sizes": []})
-        entry["recompiles"] += 1
+        entry = by_source.setdefault(s["source"], {"recompiles": 0, "sizes": [], "changes": 0})
+        entry["recompiles"] += 1 if s.get("compiled", True) else 0
+        entry["changes"] += 1
         for v in (s["old"], s["new"]):
             if v is not None and v not in entry["sizes"]:
                 entry["sizes"].append(v)
@@ -309,7 +311,7 @@ def storms(frame: str, sized: list) -> list:
              "fix": "make the dim dynamic before the first call (torch._dynamo.mark_dynamic or maybe_mark_dynamic), "
                     "or torch.compile(..., dynamic=True); check that torch._dynamo.config.automatic_dynamic_shapes is "
                     "on and no line specializes the dim (see its recompiles)"}
-            for src, e in by_source.items() if e["recompiles"] >= STORM_SIZES - 1 and len(e["sizes"]) >= STORM_SIZES]
+            for src, e in by_source.items() if e["changes"] >= STORM_SIZES - 1 and len(e["sizes"]) >= STORM_SIZES]
 
 
 def constraint_violation(error: dict) -> Optional[dict]:

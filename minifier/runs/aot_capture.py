@@ -11,6 +11,9 @@ the hook returns the callable to run instead. One row per backend family:
   torch:inductor  PyTorch's Inductor: compile_fx(inner_compile=...) around compile_fx_inner
   aot_autograd    backends made with aot_autograd(fw_compiler=, bw_compiler=, ...) (also
                   aot_eager): the same AOTAutograd call with each compiler wrapped
+  torch:aot_eager (WITH_TORCH_AOT_EAGER only) torch's registered `aot_eager`, a function taking fw_compiler=/bw_compiler=
+                  (its default, boxed_nop, wrapped; it has no inference compiler of its own: a
+                  graph is `inference` when AOTAutograd will not trace a backward, by its rule)
 
 Any other backend has no AOT stage tdbg can reach: `NoAotStage` (use `--after dynamo`). A
 backend is never swapped for another one.
@@ -43,6 +46,34 @@ def _is_torch_inductor(fn, name: str, kind: str) -> bool:
 def _is_aot_autograd(fn, name: str, kind: str) -> bool:
     from tdbg.compiler.torch_compat import AotAutograd
     return isinstance(fn, AotAutograd)
+
+
+def _is_torch_aot_eager(fn, name: str, kind: str) -> bool:
+    if name == "torch:aot_eager":
+        return True
+    from tdbg.compiler.torch_compat import lookup_backend
+    return fn is lookup_backend("aot_eager")
+
+
+def _torch_aot_eager_capture(fn, hook, config):
+    # the compiler aot_eager uses when given none (`fw_compiler or boxed_nop`), from its own module
+    nop = getattr(fn, "__globals__", {}).get("boxed_nop")
+    if nop is None:
+        raise NoAotStage("torch:aot_eager no longer names its compiler boxed_nop: its AOT stage cannot be "
+                         "hooked; use --after dynamo")
+
+    def backend(gm, example_inputs):
+        import torch
+        # AOTAutograd traces a backward exactly when grad is on and an input requires grad
+        first = "forward" if torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs) else "inference"
+
+        def wrapped(graph: str):
+            def compile_graph(g, inputs):
+                return boxed(hook(g, inputs, graph, lambda g2, i: unboxed(nop(g2, i))))
+            return compile_graph
+        return fn(gm, example_inputs, fw_compiler=wrapped(first), bw_compiler=wrapped("backward"))
+    return backend
 
 
 def _tdbg_capture(fn, hook, config):
@@ -97,21 +128,24 @@ FAMILIES = {
     "torch:inductor": (_is_torch_inductor, _inductor_capture),
     "aot_autograd": (_is_aot_autograd, _aot_autograd_capture),
 }
+# Hooked only by the commands that ask (tdbg memory measures aot_eager's backward graph); the others
+# keep torch:aot_eager's saved graph the Dynamo graph itself (tests/scenarios/test_compare_real.py)
+WITH_TORCH_AOT_EAGER = {**FAMILIES, "torch:aot_eager": (_is_torch_aot_eager, _torch_aot_eager_capture)}
 
 
-def family_of(backend: Any) -> Optional[str]:
-    """The family (a FAMILIES key) of a resolved Backend or a backend callable; None if none."""
+def family_of(backend: Any, families: dict = FAMILIES) -> Optional[str]:
+    """The family (a `families` key) of a resolved Backend or a backend callable; None if none."""
     fn = getattr(backend, "compiler_fn", backend)
     name, kind = getattr(backend, "name", ""), getattr(backend, "kind", "")
-    for family, (belongs, _) in FAMILIES.items():
+    for family, (belongs, _) in families.items():
         if belongs(fn, name, kind):
             return family
     return None
 
 
-def capture(backend: Any, hook: Callable, config) -> tuple:
+def capture(backend: Any, hook: Callable, config, families: dict = FAMILIES) -> tuple:
     """(family, a Dynamo backend that is `backend` with `hook` around each per-graph compile)."""
-    family = family_of(backend)
+    family = family_of(backend, families)
     if family is None:
         label = getattr(backend, "name", None) or getattr(backend, "__name__", repr(backend))
         raise NoAotStage(
@@ -119,13 +153,16 @@ def capture(backend: Any, hook: Callable, config) -> tuple:
             f"aot_autograd(...) backend; {label} is none of these (it compiles Dynamo's graph its own way). "
             "Use --after dynamo (tdbg run: --repro-after dynamo).")
     fn = getattr(backend, "compiler_fn", backend)
-    return family, FAMILIES[family][1](fn, hook, config)
+    return family, families[family][1](fn, hook, config)
 
 
 def unboxed(compiled):
     """A callable(*args) for a compiled graph (AOT compilers may return ones taking one list)."""
     if getattr(compiled, "_boxed_call", False):
-        return lambda *args: compiled(list(args))
+        def run(*args):
+            return compiled(list(args))
+        run.tdbg_compiled = compiled   # stays reachable: memory names its buffers by its code (not __wrapped__: inspect follows that)
+        return run
     return compiled
 
 

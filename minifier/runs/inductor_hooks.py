@@ -151,6 +151,13 @@ def _record(node_schedule, kernel_name: str) -> None:
     entry["nodes"].sort(key=lambda item: order.get(item[0], -1))
 
 
+def kernel_origins(graph) -> dict:
+    """kernel name -> [(FX node name, stack trace)] of the C++ kernels Inductor generated for
+    `graph` (the fx.Graph it lowered) since record_kernel_origins ran. Read it right after that
+    graph's compile: kernel names restart in every graph, so a later graph's kernels replace them."""
+    return {name: list(entry["nodes"]) for name, entry in KERNEL_ORIGINS.items() if entry["graph"] == id(graph)}
+
+
 def cpp_compile_evidence(chain: list) -> Optional[dict]:
     """The evidence of an Inductor C++ compile error in `chain` (as for stage_of), else None: the kernel g++
     rejected (found by its source in the generated module being loaded), its FX nodes in graph

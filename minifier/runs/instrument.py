@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
 import traceback
@@ -27,10 +28,12 @@ from tdbg.minifier.runs.backends import BackendError
 from tdbg.minifier.runs.names import is_frame_of, source_line
 from tdbg.minifier.runs.own_backend import Asked
 from tdbg.minifier.diagnose import shapes
-from tdbg.minifier.diagnose.checks import AccuracyError, CallCounter, CallPolicy, check_call, node_source, places, snapshot
+from tdbg.minifier.diagnose.checks import (AccuracyError, CallCounter, CallPolicy, check_call, node_source, places,
+                                           signature, snapshot)
 
 STATUS_BYTES = 512   # the status file is one line of this many bytes, rewritten in place
 UNCHECKED_LINES = 3  # lines kept of why a call could not be checked
+DETERMINISM_SIGNATURES = 4   # --check-determinism: input signatures checked per graph (first call's included)
 _KERNEL_RANGE = re.compile(r"graph_\d+_(\w+)$")   # tdbg's profiler range around one kernel (wrapper.py)
 
 # Frames from these directories are framework frames, never "the user's line".
@@ -143,6 +146,33 @@ def call_symbols(dynamic, args) -> Optional[str]:
     return ", ".join(f"{k}={v}" for k, v in values.items()) or None
 
 
+# Dynamo says it stopped compiling a frame (its recompile limit) only in this logger's warning:
+# "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s ..." with the limit's name,
+# its value, "'NAME' (FILE:LINE)" and the guard failure that would have recompiled
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+_LIMIT_FUNCTION = re.compile(r"^'(?P<frame>[^']*)' \((?P<file>.*):(?P<line>\d+)\)$")
+
+
+class _LimitRecorder(logging.Handler):
+    """Appends {frame, file, line, limit, value, reason} to `into` for each recompile-limit warning."""
+
+    def __init__(self, into: list):
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record) -> None:
+        try:
+            if not str(record.msg).startswith("torch._dynamo hit config.") or len(record.args or ()) < 4:
+                return
+            limit, value, function, reason = record.args[:4]
+            m = _LIMIT_FUNCTION.match(str(function))
+            self.into.append({"frame": m["frame"] if m else str(function), "file": m["file"] if m else None,
+                              "line": int(m["line"]) if m else None, "limit": f"torch._dynamo.config.{limit}",
+                              "value": value, "reason": str(reason or "")})
+        except Exception:  # noqa: B902 - recording must never break the user's run
+            pass
+
+
 def _guard_summary(guards) -> dict:
     counts, tensors = {}, []
     for g in guards:
@@ -182,6 +212,7 @@ class Session:
         self.compile_calls = 0
         self.graphs: list = []
         self.recompiles: list = []
+        self.recompile_limits: list = []   # Dynamo's recompile limit hit: {frame, file, line, limit, value, reason}
         self._shapes = None   # the last graph's shapes.capture(), until its guards are exported
         self.guards: list = []
         self.tagged: list = []   # (exception, {"stage", "graph", "during"})
@@ -197,10 +228,13 @@ class Session:
         saved = (torch.compile, dynamo.optimize)
         self._optimize = saved[1]
         torch.compile, dynamo.optimize = self.compile, self.optimize
+        limits = _LimitRecorder(self.recompile_limits)
+        logging.getLogger(_LIMIT_LOGGER).addHandler(limits)
         try:
             yield self
         finally:
             torch.compile, dynamo.optimize = saved
+            logging.getLogger(_LIMIT_LOGGER).removeHandler(limits)
 
     def compile(self, model=None, *, fullgraph: bool = False, dynamic=None, backend=None, mode=None,
                 options=None, disable: bool = False, **_ignored):
@@ -295,6 +329,7 @@ class Session:
 
     def _wrap_call(self, compiled, snap, info, backend_fn=None):
         index, counter = info["index"], CallCounter(self.policy)
+        determined: set = set()   # input signatures whose determinism was checked (--check-determinism)
 
         def run(*args):
             # input signatures are only worth computing when calls are checked
@@ -303,8 +338,12 @@ class Session:
                 if call == 1:
                     self.event("first_call", graph=index)
                 self.status("running", index, call)
-                if call == 1 and self.check_determinism:
-                    self._determinism(compiled, snap, info, args, backend_fn)
+                if self.check_determinism and len(determined) < DETERMINISM_SIGNATURES and (
+                        call == 1 or signature(args) not in determined):
+                    # the first call and each call with new input shapes: a graph compiled for
+                    # dynamic sizes runs other kernel paths (a parallel reduction above its grain size)
+                    determined.add(signature(args))
+                    self._determinism(compiled, snap, info, args, backend_fn, call)
                 if check:
                     actual = self._checked_call(compiled, snap, info, call, args)
                 else:
@@ -340,18 +379,21 @@ class Session:
                 raise error
         return result.actual
 
-    def _determinism(self, compiled, snap, info, args, backend_fn) -> None:
-        """--check-determinism at a graph's first call, before the user's call (which then runs
-        from the same RNG state and inputs): the answer goes on the graph's record."""
+    def _determinism(self, compiled, snap, info, args, backend_fn, call: int = 1) -> None:
+        """--check-determinism at a graph's call, before the user's call (which then runs from the
+        same RNG state and inputs): the graph's record holds the first nondeterministic call's
+        answer (else the first call's), `determinism_calls` every checked call's number."""
         from tdbg.minifier.diagnose.determinism import check_graph, localizer
-        found = check_graph(lambda *a: call_compiled(compiled, a), snap, args, graph=info["index"], call=1,
+        found = check_graph(lambda *a: call_compiled(compiled, a), snap, args, graph=info["index"], call=call,
                             localize_with=localizer(backend_fn, self.config) if backend_fn is not None else None)
         record = found.to_dict()
         node = record.get("first_node")
         if node and node.get("source"):
             from tdbg.minifier.runs.runner import _rel_source
             node["source"] = _rel_source(node["source"])
-        info["determinism"] = record
+        info.setdefault("determinism_calls", []).append(call)
+        if "determinism" not in info or (record["nondeterministic"] and not info["determinism"]["nondeterministic"]):
+            info["determinism"] = record
 
     def _watch_backward(self, outputs, index: int, call: int) -> None:
         """Hooks on the outputs' autograd node: the status file and `backwards` say when this

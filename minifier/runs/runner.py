@@ -466,6 +466,7 @@ def _bad_input(message: str) -> dict:
 def _verdict(session, exc, exit_code: int, script: str, cfg) -> dict:
     verdict = {"status": "ok", "stage": None, "script_exit_code": exit_code, "compile_calls": session.compile_calls,
                "graphs": session.graphs, "recompiles": session.recompiles, "guards": session.guards,
+               "recompile_limits": session.recompile_limits,
                "error": None, "debug_dir": _debug_dir(cfg), "skipped_frames": session.skipped_frames,
                "check_policy": session.policy.describe() if session.check_accuracy else None}
     if exc is not None:
@@ -579,9 +580,14 @@ def _script_tb(exc: BaseException):
     return tb.tb_next if tb is not None and tb.tb_frame.f_code is _child.__code__ and tb.tb_next else tb
 
 
+# raised by Dynamo while building a frame's guards, yet no TorchDynamoException: (module, class)
+_DYNAMO_GUARD_ERRORS = (("torch.fx.experimental.symbolic_shapes", "ConstraintViolationError"),)
+
+
 def _is_dynamo_error(chain) -> bool:
     from tdbg.compiler.torch_compat import BackendCompilerFailed, TorchDynamoException
-    return any(isinstance(e, TorchDynamoException) and not isinstance(e, BackendCompilerFailed) for e in chain)
+    return any((isinstance(e, TorchDynamoException) and not isinstance(e, BackendCompilerFailed))
+               or (type(e).__module__, type(e).__name__) in _DYNAMO_GUARD_ERRORS for e in chain)
 
 
 def _innermost(chain):

@@ -213,3 +213,34 @@ def test_tdbg_builds_report_their_lookup_with_its_key_components(tmp_path):
     assert values["toolchain[cxx]"] == cfg.cxx and values["toolchain[cxx_flags]"] == " ".join(cfg.cxx_flags)
     assert values["unit[cpp_b]"].endswith("(built)") and values["unit[cpp_a]"].endswith("(cached)")
     assert events[0]["key"] == events[1]["key"]      # the key covers what is built, not whether it was cached
+
+
+# -- a cache turned off: no lookup, so only its setting can say so -----------------------------------
+def test_the_recorder_writes_cache_settings_when_a_compile_ends(tmp_path, monkeypatch):
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    rec = caches.CacheRecorder(str(tmp_path / "ev.jsonl"))
+    for _ in range(2):   # the same settings twice: written once
+        rec._record({"compilation_metrics": {}, "frame_id": 0, "frame_compile_id": 0}, None)
+    settings = caches.read_settings(str(tmp_path / "ev.jsonl"))
+    assert settings["torch._inductor.config.fx_graph_cache"] is False
+    assert settings["torch._functorch.config.enable_autograd_cache"] is functorch_config.enable_autograd_cache
+    assert (tmp_path / "ev.jsonl").read_text().count("settings") == 1
+    assert caches.read_events(str(tmp_path / "ev.jsonl")) == ([], {})
+
+
+def test_a_cache_turned_off_is_said_plainly():
+    on = {"torch._inductor.config.force_disable_caches": False, "torch._inductor.config.fx_graph_cache": True,
+          "torch._functorch.config.enable_autograd_cache": True, "inductor_loaded": True}
+    assert caches.turned_off(on) == []
+    [row] = caches.turned_off(dict(on, **{"torch._inductor.config.fx_graph_cache": False}))
+    assert (row["layer"], row["words"]) == ("inductor_fx_graph", (
+        "Inductor FX graph cache: OFF (torch._inductor.config.fx_graph_cache = False; TORCHINDUCTOR_FX_GRAPH_CACHE=0 "
+        "sets it): no lookup was made, every graph was compiled afresh"))
+    forced = caches.turned_off(dict(on, **{"torch._inductor.config.force_disable_caches": True}))
+    assert [(r["layer"], r["how"]) for r in forced] == [
+        ("inductor_fx_graph", "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 or torch.compiler.config.force_disable_caches"),
+        ("aot_autograd", "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 or torch.compiler.config.force_disable_caches")]
+    # Inductor never compiled (tdbg's own compiler, eager): its caches were not in play
+    assert caches.turned_off(dict(on, inductor_loaded=False, **{"torch._inductor.config.fx_graph_cache": False})) == []

@@ -130,6 +130,15 @@ def test_a_decomposed_gelu_materializes_what_eager_runs_as_one_op(tmp_path):
     assert backward["compiled_peak_bytes"] == backward["eager_peak_bytes"]
 
 
+def test_torch_aot_eager_has_its_backward_graph_measured(tmp_path):
+    """torch's own aot_eager (a function, no AotAutograd object) was taken for a backend without an
+    AOT stage: its backward went unmeasured and a note said it was PyTorch eager autograd."""
+    doc, forward, backward = _training(tmp_path, "torch:aot_eager")
+    assert doc["graphs"][0]["has_backward_graph"] is True and not doc["notes"]
+    # the same aten graph, run by eager op by op and by aot_eager's boxed_nop
+    assert backward["compiled_peak_bytes"] == backward["eager_peak_bytes"]
+
+
 @pytest.mark.slow
 def test_training_measures_forward_saved_bytes_and_the_backward_graph(tmp_path):
     doc, forward, backward = _training(tmp_path, "inductor")
@@ -155,3 +164,90 @@ def test_the_html_section_draws_both_curves():
     html = memory_section({"document": doc})
     assert 'id="memory-0-forward-1"' in html
     assert 'data-series="compiled"' in html and 'data-series="eager"' in html
+
+
+# ---------------------------------------------------------------- naming buffers of compiled code
+
+# the call() of the module Inductor generated for memory_linear_gelu.py's forward (torch 2.13),
+# trimmed: an extern addmm under Inductor's `Source Nodes` comment, a renamed buffer, one C++ kernel
+INDUCTOR_CALL = """
+    def call(self, args):
+        primals_1, primals_2, primals_3 = args
+        args.clear()
+        buf0 = empty_strided_cpu((1024, 256), (256, 1), torch.float32)
+        # Topologically Sorted Source Nodes: [y], Original ATen: [aten.t, aten.addmm]
+        extern_kernels.addmm(primals_2, primals_3, reinterpret_tensor(primals_1, (256, 256), (1, 256), 0), alpha=1, beta=1, out=buf0)
+        del primals_2
+        buf2 = empty_strided_cpu((), (), torch.float32)
+        buf1 = empty_strided_cpu((1024, ), (1, ), torch.float32)
+        buf3 = buf1; del buf1  # reuse
+        cpp_fused_add_gelu_mean_mul_sum_0(buf3, buf0, buf2)
+        return (buf3, primals_1, primals_3, buf0, )
+"""
+
+
+def test_inductor_buffers_are_named_by_their_kernels_origins_and_source_comments():
+    from types import SimpleNamespace
+
+    from tdbg.minifier.diagnose.memory_buffers import Namer
+    trace = 'File "/u/model.py", line 12, in f\n    z = torch.nn.functional.gelu(y) * 2\n'
+    kernels = {"cpp_fused_add_gelu_mean_mul_sum_0": [("mul", trace), ("erf", trace), ("sum_1", "")]}
+    namer = Namer(compiled_graph=SimpleNamespace(source_code=INDUCTOR_CALL), kernels=kernels)
+    # an extern kernel: the FX nodes of Inductor's comment above it
+    assert namer.describe("buf0") == {"made_by": ["y"], "source": None}
+    # a C++ kernel's buffer, also through `buf3 = buf1; del buf1  # reuse`: the kernel's origins
+    for buf in ("buf1", "buf2"):
+        assert namer.describe(buf) == {"made_by": ["mul", "erf", "sum_1"],
+                                       "source": "/u/model.py:12 in f: z = torch.nn.functional.gelu(y) * 2"}
+
+
+def test_a_view_bound_after_its_base_is_not_taken_for_a_new_allocation():
+    """FX code binds `view = h.view(...);  h = None` on one line: the storage is still h's; the
+    next allocation at that pointer must not be named `view` (it was, shifting every name after)."""
+    import torch
+
+    from tdbg.minifier.diagnose.memory_buffers import LocalNames
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            h = x * 2
+            v = h.view(4, 4, 4).transpose(1, 2)
+            return torch.softmax(v, -1)
+    gm = torch.fx.symbolic_trace(M())
+    with LocalNames() as names:
+        gm(torch.randn(8, 8))
+    assert sorted(n for ns in names.first.values() for n, _ in ns) == ["mul", "softmax", "x"]
+
+
+def test_a_temporary_of_another_size_at_a_reused_pointer_does_not_shift_names():
+    """The n-th allocation at a pointer took the n-th name bound there: an allocation never bound
+    to a local (an op's temporary) in between shifted every later name (BERT's eager buffers were
+    named after the wrong nodes). Names are matched by size too."""
+    from tdbg.minifier.diagnose.memory_buffers import Namer, peak_buffers
+    # pointer 1 holds in turn: a 64-byte temporary (never bound), a, b (alive at the peak, with
+    # 256 bytes at pointer 2), then c
+    events = [(0, 64, 1), (1, -64, 1), (2, 128, 1), (3, -128, 1), (4, 128, 1), (5, 256, 2), (6, -256, 2),
+              (7, -128, 1), (8, 128, 1)]
+    trace = Trace(events, duration_ns=9, ops=["aten::t"] * 2 + ["aten::mm"] * 7)
+    names = {1: [("a", 128), ("b", 128), ("c", 128)], 2: [("d", 256)]}
+    assert [(r["name"], r["bytes"]) for r in peak_buffers(trace, names, Namer())] == [("d", 256), ("b", 128)]
+
+
+@pytest.mark.slow
+def test_torch_inductor_buffers_at_the_peak_name_their_fx_nodes_and_lines(tmp_path):
+    result = CliRunner().invoke(cli, ["memory", os.path.join(os.path.dirname(__file__), "scripts", "memory_linear_gelu.py"),
+                                      "--backend", "torch:inductor", "--calls", "1",
+                                      "--json", str(tmp_path / "m.json")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "m.json").read_text())
+    forward, backward = _calls(doc)
+    script = os.path.join(os.path.dirname(__file__), "scripts", "memory_linear_gelu.py")
+    # eager: y, gelu(y) and its * 2 (1 MiB each) alive together; Inductor: y (saved) and tiny sums
+    assert 3 << 20 <= forward["eager_peak_bytes"] <= (3 << 20) + 8192
+    assert 1 << 20 <= forward["compiled_peak_bytes"] <= (1 << 20) + 8192
+    big = forward["compiled_peak_buffers"][0]
+    assert (big["bytes"], big["made_by"], big["source"]) == (1 << 20, ["y"], f"{script}:10 in f: y = lin(x)")
+    fused = [b for b in forward["compiled_peak_buffers"] if "erf" in b["made_by"]]
+    assert fused and fused[0]["source"] == f"{script}:11 in f: z = torch.nn.functional.gelu(y) * 2"
+    # the backward's buffers too: every one named by its FX nodes
+    assert backward["compiled_peak_buffers"] and all(b["made_by"] for b in backward["compiled_peak_buffers"])

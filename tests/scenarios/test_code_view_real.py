@@ -112,11 +112,13 @@ def test_break_at_stops_in_the_aten_graph_under_aot_eager(runs):
     assert "(Pdb) tensor(1.6829)" in out and "(Pdb) 4" in out
 
 
-@pytest.mark.parametrize("backend", ["own", "torch:inductor", "tdbg"])
-def test_break_at_refuses_compiled_backends(backend):
+@pytest.mark.parametrize("backend", ["own", "tests/scenarios/scripts/nondeterministic_backends.py:shuffled_sum"])
+def test_break_at_refuses_backends_it_cannot_stop_in(backend):
     problem = cli_code_view.break_at_problem("7", SCRIPT, backend)
-    assert problem.startswith(f"--break-at needs a backend whose graph code is Python run op by op "
-                              f"(eager, aot_eager, torch:eager, torch:aot_eager), not {backend!r}")
+    assert problem.startswith(f"--break-at needs a backend it knows how to stop in (eager, aot_eager, torch:eager, "
+                              f"torch:aot_eager, inductor, tdbg, torch:tdbg, torch:inductor), not {backend!r}")
+    # compiled backends stop in their output code (tests/debugging/test_break_at_compiled.py)
+    assert cli_code_view.break_at_problem("7", SCRIPT, "torch:inductor") is None
 
 
 def test_code_that_matches_nothing_is_bad_input():

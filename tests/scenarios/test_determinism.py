@@ -84,8 +84,8 @@ def test_random_numbers_that_ignore_torch_seed_are_the_reason(backends):
 def test_tdbg_compiler_with_seeded_dropout_is_deterministic(runs):
     r = runs("dropout_tdbg")
     assert r.code == 0, r.output
-    assert ("determinism checked on 1 of 1 graph(s): the same bits on two compiled runs (gradients on 1)"
-            in r.stdout), r.stdout
+    assert ("determinism checked on 1 of 1 graph(s) at 1 call(s) (each graph's first call and each call with new "
+            "input shapes): the same bits on two compiled runs (gradients on 1)" in r.stdout), r.stdout
     d = r.json["verdict"]["graphs"][0]["determinism"]
     assert (d["verdict"], d["draws_random"], d["grads_checked"], d["compiled"], d["eager"]) == \
         ("deterministic", True, True, [], [])
@@ -240,8 +240,9 @@ def test_eager_only_nondeterminism_keeps_the_run_ok_and_says_so():
         ("eager nondeterministic", "graph 0: eager itself gave different bits on two runs (out[0]): eager is "
                                    "nondeterministic here, not the backend"),
         ("not checked", "graph 1: never called, so its determinism was not checked")]
-    assert determinism_view.ok_text(v) == ("; determinism checked on 1 of 2 graph(s): the same bits on two "
-                                           "compiled runs (gradients on 0)")
+    assert determinism_view.ok_text(v) == ("; determinism checked on 1 of 2 graph(s) at 1 call(s) (each graph's "
+                                           "first call and each call with new input shapes): the same bits on "
+                                           "two compiled runs (gradients on 0)")
 
 
 def test_compiled_nondeterminism_fails_the_run_at_its_graph_node_and_kernel():

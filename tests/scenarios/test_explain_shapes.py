@@ -73,7 +73,10 @@ def test_view_to_literal_sizes_specializes_the_dim_at_its_line(runs):
 @pytest.mark.slow
 def test_mark_dynamic_then_a_constant_compare_names_the_line(runs):
     r = runs("marked")
-    assert r.code != exit_code("ok") and r.json["status"] == "failed"
+    # Dynamo refused the frame's guards: stage dynamo (it was "the script failed on its own", exit 1)
+    assert r.code == exit_code("dynamo") and (r.json["status"], r.json["stage"]) == ("failed", "dynamo")
+    assert "The script failed" not in r.stdout
+    assert "      guard: x.size()[0] == 3 (the graph would hold only for that size)" in r.stdout.splitlines()
     v = r.json["shape_violation"]
     assert (v["source"], v["value"], v["at"], v["code"]) == (
         "x.size()[0]", "3", f"{S}/shapes_marked.py:7", "if x.shape[0] == 3:")
@@ -86,10 +89,17 @@ def test_ten_sizes_without_automatic_dynamic_are_a_storm(runs):
     r = runs("storm")
     assert r.code == exit_code("ok"), r.stdout + r.stderr
     (fn,) = r.json["functions"]
-    # Dynamo's recompile limit (8) stops it: 8 recompiles over sizes 1..9, the 10th call runs uncompiled
-    assert [(s["source"], s["recompiles"], s["sizes"]) for s in fn["shapes"]["storms"]] == [
-        ("x.size()[0]", 8, list(range(1, 10)))]
-    assert r.json["totals"]["recompile_storms"] == 1
-    assert ("  recompile storm: x.size()[0] never stabilized: 8 recompiles over sizes 1, 2, 3, 4, 5, 6, 7, 8, 9"
-            in r.stdout.splitlines())
+    # Dynamo's recompile limit (8) stops it: 8 graphs (7 recompiles) for sizes 1..8; size 9's guard
+    # failure hit the limit and compiled nothing; calls with sizes 9 and 10 ran uncompiled
+    assert [(s["source"], s["recompiles"], s["sizes"], s["cut_by"]) for s in fn["shapes"]["storms"]] == [
+        ("x.size()[0]", 7, list(range(1, 10)), "torch._dynamo.config.recompile_limit")]
+    assert (r.json["totals"]["recompile_storms"], fn["recompile_count"], fn["compiled_graphs"]) == (1, 7, 8)
+    assert (fn["recompile_limit"]["value"], fn["recompile_limit"]["reason"]) == (
+        8, "0/7: tensor 'x' size mismatch at index 0. expected 8, actual 9")
+    lines = r.stdout.splitlines()
+    assert ("  recompile storm: x.size()[0] never stabilized: 7 recompiles over sizes 1, 2, 3, 4, 5, 6, 7, 8, 9, "
+            "cut short by torch._dynamo.config.recompile_limit") in lines
+    assert ("  recompile limit: Dynamo stopped compiling f at torch._dynamo.config.recompile_limit = 8: the call "
+            "that would have recompiled it, and every later call matching none of its graphs, ran uncompiled "
+            "(eager)") in lines
     assert r.stdout.count("      why: ") == 1   # the same cause is said once
