@@ -1,4 +1,6 @@
 """minifier/accuracy.py: float64-referenced comparison with exact, informative mismatches."""
+import operator
+
 import torch
 
 from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
@@ -247,3 +249,80 @@ def test_a_graph_that_mutates_a_buffer_mutates_the_users_buffer_exactly_once():
     result = check_call(step, snap, [x, running])
     assert (result.forward, result.backward, result.grads_checked) == ([], [], True)
     assert running.tolist() == [3.0]                     # 4 * 0.5 + 1, once: checks ran on copies
+
+
+# -- diagnose/same_draws.py: a float64 reference for graphs that draw random numbers -------------
+def _dynamo_graph(fn, *args):
+    """Dynamo's graph of `fn` (its nodes carry example values: eager's dtypes)."""
+    got = {}
+
+    def capture(gm, example_inputs):
+        got["gm"] = gm
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(fn, backend=capture)(*args)
+    return snapshot(got["gm"])
+
+
+def _noisy_cancel(x, a):
+    """(a + x * (rand < 0.5)) - a: float32 cancels (1e4 + 0.001 keeps 0.000977), float64 does not."""
+    return (a + x * (torch.rand_like(x) < 0.5)) - a
+
+
+class _WideAdds(torch.fx.Interpreter):
+    """Adds and subtracts in float64, kept there (as a fusing compiler keeps a register wider):
+    more accurate than eager, and off eager by eager's own rounding."""
+    def call_function(self, target, args, kwargs):
+        if target in (operator.add, operator.sub):
+            args = tuple(a.double() if isinstance(a, torch.Tensor) else a for a in args)
+        return super().call_function(target, args, kwargs)
+
+
+def _wide(snap, shift=0.0, scale=1.0):
+    return lambda *a: tuple(o.float() * scale + shift for o in _WideAdds(snap).run(*a))
+
+
+def test_a_graph_that_draws_gets_a_float64_reference_drawing_eagers_numbers():
+    from tdbg.minifier.diagnose.accuracy import fp64_reference
+    from tdbg.minifier.diagnose.same_draws import same_draws_reference
+    x, a = torch.full((64,), 0.001), torch.full((64,), 1e4)
+    snap = _dynamo_graph(_noisy_cancel, x, a)
+    torch.manual_seed(0)
+    [eager] = snap(x, a)
+    end = torch.get_rng_state()
+    torch.manual_seed(0)
+    [plain] = fp64_reference(snap, [x, a])
+    assert not torch.equal(plain != 0, eager != 0)    # a float64 rand_like draws other numbers
+    torch.manual_seed(0)
+    [ref] = same_draws_reference(snap, [x, a], end)
+    assert ref.dtype == torch.float64 and torch.equal(ref != 0, eager != 0)
+    assert set(ref.tolist()) == {0.0, 0.0010000000474974513}     # float32's 0.001, exact in float64
+    assert set(eager.tolist()) == {0.0, 0.0009765625}
+    torch.manual_seed(0)
+    assert same_draws_reference(snap, [x, a], torch.get_rng_state()) is None   # ended elsewhere: unused
+
+
+@pytest.mark.parametrize("shift, mismatches", [(0.0, 0), (1e-3, 1)])
+def test_a_more_accurate_backend_on_a_random_graph_passes_and_a_wrong_one_does_not(shift, mismatches):
+    """Judged against eager alone, the wider backend (2.3e-5 off eager's cancelled 0.000977) was a
+    false failure; the same-draws reference excuses it, and not a backend 1e-3 off."""
+    x, a = torch.full((64,), 0.001), torch.full((64,), 1e4)
+    snap = _dynamo_graph(_noisy_cancel, x, a)
+    torch.manual_seed(0)
+    result = check_call(_wide(snap, shift), snap, [x, a])
+    assert result.draws_random and len(result.forward) == mismatches
+
+
+def test_gradients_of_a_random_graph_are_judged_with_the_same_draws_reference():
+    x, a = torch.full((64,), 0.001, requires_grad=True), torch.full((64,), 1e4, requires_grad=True)
+    # the gradient of x carries the cancellation times the random grad_output (up to 5.8e-5 off, over
+    # atol 1e-5 against eager alone); the forward (times x) is within tolerance
+    snap = _dynamo_graph(lambda x, a: _noisy_cancel(x, a) * x * 0.25, x, a)
+    torch.manual_seed(0)
+    result = check_call(_wide(snap), snap, [x, a])
+    assert (result.draws_random, result.forward, result.grads_checked, result.backward) == (True, [], True, [])
+    torch.manual_seed(0)
+    wrong = check_call(_wide(snap, scale=2.0), snap, [x, a])   # outputs below atol: only gradients show it
+    assert wrong.forward == []
+    [m] = wrong.backward
+    assert m.output == "grad of l_x_"

@@ -172,6 +172,7 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     copy, nothing is compared and `unchecked` says why (never a silent pass)."""
     import torch
     from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
+    from tdbg.minifier.diagnose.same_draws import same_draws_reference
     call = call or (lambda fn, a: fn(*a))
     rng = torch.get_rng_state()
     before = _clones(args)
@@ -183,16 +184,20 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
         torch.set_rng_state(rng)
         return CallCheck(call(compiled, args), [], [], False, f"eager failed on the graph: {type(e).__name__}: {e}",
                          forward_checked=False)
-    # A float64 run draws other random numbers than eager, so its error would excuse anything:
-    # a graph that draws random numbers is judged against eager (same generator state) alone.
-    draws = not torch.equal(torch.get_rng_state(), rng)
+    # A plain float64 run draws other random numbers than eager, so its error would excuse
+    # anything: a graph that draws gets the reference whose random nodes draw as eager's did
+    # (same_draws), used only when it left the generator where eager did.
+    eager_end = torch.get_rng_state()
+    draws = not torch.equal(eager_end, rng)
     torch.set_rng_state(rng)
     actual = call(compiled, args)
     after = torch.get_rng_state()
     forward = compare(expected, _detach(actual))
-    if forward and not draws:
+    if forward:
         torch.set_rng_state(rng)
-        forward = compare(expected, _detach(actual), fp64_reference(snap, _clones(before)))
+        reference = same_draws_reference(snap, _clones(before), eager_end) if draws \
+            else fp64_reference(snap, _clones(before))
+        forward = compare(expected, _detach(actual), reference)
     backward, checked, note = [], False, None
     if wants_grads and not forward and _differentiable(actual):
         needs = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
@@ -211,12 +216,13 @@ class EagerFailed(Exception):
 def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, call: Callable,
                draws_random: bool = False) -> list:
     """Mismatches of the compiled gradients w.r.t. the inputs flagged in `needs_grad`, each named
-    after its input (`grad of NAME`), against eager autograd on `snap` (float64 reference, unless
-    the graph draws random numbers)."""
+    after its input (`grad of NAME`), against eager autograd on `snap` (float64 reference; for a
+    graph that draws random numbers, same_draws' one, when its draws were eager's)."""
     import copy
 
     import torch
     from tdbg.minifier.diagnose.accuracy import Mismatch, compare, to_fp64
+    from tdbg.minifier.diagnose.same_draws import generator_matches, same_draws_fp64
     names = [f"grad of {n}" for n, need in zip(input_names(snap, len(inputs)), needs_grad) if need]
     torch.set_rng_state(rng)
     actual, n_actual = _grads(lambda *a: call(compiled, a), inputs, needs_grad, compiled=True)
@@ -225,17 +231,21 @@ def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, ca
         expected, n_expected = _grads(snap, inputs, needs_grad)
     except Exception as e:
         raise EagerFailed(f"{type(e).__name__}: {e}") from e
+    eager_end = torch.get_rng_state()
     if n_actual != n_expected:
         return [Mismatch("grad", "", (), float("inf"), None, f"the compiled graph returns {n_actual} "
                          f"differentiable outputs, eager {n_expected}: gradients cannot be compared")]
     found = compare(expected, actual, names=names)
-    if not found or draws_random:
+    if not found:
         return found
     torch.set_rng_state(rng)
+    fp64 = same_draws_fp64(snap) if draws_random else copy.deepcopy(snap).to(torch.float64)
     try:
-        reference, _ = _grads(copy.deepcopy(snap).to(torch.float64), [to_fp64(a) for a in inputs], needs_grad)
+        reference, _ = _grads(fp64, [to_fp64(a) for a in inputs], needs_grad)
     except Exception:  # a graph that cannot run in float64 is judged against eager alone
         reference = None
+    if draws_random and not generator_matches(eager_end):
+        reference = None   # its draws were not eager's: its error would excuse anything
     return compare(expected, actual, reference, names=names)
 
 
