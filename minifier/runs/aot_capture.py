@@ -146,13 +146,19 @@ def family_of(backend: Any, families: dict = FAMILIES) -> Optional[str]:
 def capture(backend: Any, hook: Callable, config, families: dict = FAMILIES) -> tuple:
     """(family, a Dynamo backend that is `backend` with `hook` around each per-graph compile)."""
     family = family_of(backend, families)
+    fn = getattr(backend, "compiler_fn", backend)
+    if family is None and getattr(fn, "tdbg_defined_in_script", None):
+        raise NoAotStage(
+            f"--after aot hooks a backend's own AOT stage, known before the script runs; "
+            f"{fn.tdbg_defined_in_script} is defined in the script being run, so what it is becomes known only "
+            "when the script runs. Move it to a file of its own and name that (--backend FILE.py:FUNCTION), "
+            "or use --after dynamo (tdbg run: --repro-after dynamo).")
     if family is None:
         label = getattr(backend, "name", None) or getattr(backend, "__name__", repr(backend))
         raise NoAotStage(
             f"--after aot hooks a backend's own AOT stage: tdbg's compiler (inductor), torch:inductor, or an "
             f"aot_autograd(...) backend; {label} is none of these (it compiles Dynamo's graph its own way). "
             "Use --after dynamo (tdbg run: --repro-after dynamo).")
-    fn = getattr(backend, "compiler_fn", backend)
     return family, families[family][1](fn, hook, config)
 
 

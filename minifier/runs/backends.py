@@ -221,4 +221,5 @@ def _late_lookup(func: str, label: str) -> Callable:
     def backend(gm, example_inputs):
         return _attribute(vars(sys.modules["__main__"]), func, label)(gm, example_inputs)
     backend.__name__ = func
+    backend.tdbg_defined_in_script = label   # its AOT stage is unknown until the script runs (aot_capture)
     return backend

@@ -122,6 +122,17 @@ def test_after_aot_refuses_a_backend_without_an_aot_stage_instead_of_swapping_it
         wrap_backend(off_by_one, after="aot", level=4, out_dir="unused", config=Config())
 
 
+def test_after_aot_on_a_backend_defined_in_the_script_says_why_not_that_it_has_no_aot_stage():
+    """It may well be an aot_autograd(...) backend: that is known only once the script runs (it
+    said 'is none of these')."""
+    script = os.path.join(SCRIPTS, "user_backends.py")
+    backend = resolve(f"{script}:wrong_backward", script=script)
+    with pytest.raises(NoAotStage) as info:
+        wrap_backend(backend, after="aot", level=4, out_dir="unused", config=Config())
+    assert "user_backends.py:wrong_backward is defined in the script being run" in str(info.value)
+    assert "none of these" not in str(info.value) and "--after dynamo" in str(info.value)
+
+
 def test_after_aot_checks_the_backward_graph_an_aot_autograd_backend_compiles(tmp_path):
     """user_backends.wrong_backward's forward is right; its backward compiler doubles an output."""
     backend = resolve(os.path.join(SCRIPTS, "user_backends.py") + ":wrong_backward")
