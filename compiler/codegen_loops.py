@@ -8,13 +8,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 
+from .ir import FLOOR_DIVS, REMAINDERS, FloorDiv, ModIndex, hint  # noqa: F401 (wrapper imports them here)
 from .ops import CPP_TYPES
 
 
 def cpp_type(dtype) -> str:
     return CPP_TYPES[dtype]
+
+
+def cexpr(e) -> str:
+    """sympy index expression -> C++ (int64 arithmetic; indices are non-negative; size symbols
+    ks<i> are the kernel's int64_t arguments)."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    if isinstance(e, FloorDiv) or type(e).__name__ in FLOOR_DIVS:
+        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
+    if isinstance(e, ModIndex) or type(e).__name__ in REMAINDERS:
+        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
+    if type(e).__name__ == "ModularIndexing":   # (a // b) % c
+        a, b, c = (cexpr(x) for x in e.args)
+        return f"(({a} / {b}) % {c})"
+    if e.is_Add:
+        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
+    if e.is_Mul:
+        return "(" + "*".join(cexpr(a) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and 1 < int(e.exp) <= 4:   # ks0*ks0 after expansion
+        return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
+    raise NotImplementedError(f"index expression {e}")
+
+
+def may_exceed(size, n) -> bool:
+    """size > n, where a symbolic size counts as possibly larger (code for it must handle both)."""
+    return size > n if isinstance(size, int) else True
 
 
 @dataclass(frozen=True)
@@ -48,18 +79,21 @@ class Block:
 @dataclass
 class Loop:
     var: str
-    size: object          # the bound: an int, or a C++ expression
+    size: object          # the bound: an int, a sympy size expression, or a C++ expression
     pragma: str = ""
     start: str = "0"
     step: int = 1
 
     @property
     def trips(self) -> int:
+        if isinstance(self.size, sympy.Basic):   # a symbolic bound: its hint (a heuristic's input)
+            return -(-hint(self.size) // self.step)
         return -(-self.size // self.step) if isinstance(self.size, int) else 1
 
     def head(self) -> str:
         step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
-        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
+        bound = cexpr(self.size) if isinstance(self.size, sympy.Basic) else self.size
+        return f"for (int64_t {self.var} = {self.start}; {self.var} < {bound}; {step})"
 
 
 @dataclass
