@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-from .ir import InputBuffer, ReinterpretView
+from .ir import InputBuffer, ReinterpretView, hint   # hint: symbolic rows decide on the example's
 
 aten = torch.ops.aten
 MIN_ROWS = 8          # packed vs plain sgemm, [768, 768] weight: 0.04 vs 0.03 ms at 1-2 rows, 0.06 vs 0.07 at 8
@@ -56,7 +56,7 @@ def _linear(a_at, b_at, bias_at):
         if any(kernel.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(args) > 3:
             return None
         weight = _transposed_input(b)
-        if weight is None or a.dtype != torch.float32 or len(a.size) != 2 or a.size[0] < MIN_ROWS:
+        if weight is None or a.dtype != torch.float32 or len(a.size) != 2 or hint(a.size[0]) < MIN_ROWS:
             return None
         n, k = weight.size
         if n * k < MIN_WEIGHT or not _vector(bias, n):
