@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from . import ops as optable
-from .ir import hint
+from .ir import hint, is_size_symbol
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
 from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type
 from .codegen_reduction import ReductionCodegen
@@ -236,7 +236,8 @@ class CppKernel(ReductionCodegen):
         dtype = node.buffer.dtype
         value = ops.to_dtype(value, dtype)
         self.touch(dtype)
-        if not (node.store_index.free_symbols <= self.loop_symbols(node)):
+        # size symbols (ks<i>) are loop invariants: only an index symbol that is no loop variable is computed
+        if not ({v for v in node.store_index.free_symbols if not is_size_symbol(v)} <= self.loop_symbols(node)):
             self.unsafe(f"{node.name} is stored through a computed index")
         if node.name in self.scratch:
             self.emit(f"{self.scratch[node.name][1]} = {value};")

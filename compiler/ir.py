@@ -153,6 +153,11 @@ def as_size(s):
     return int(s)
 
 
+def is_size_symbol(v) -> bool:
+    """A kernel size symbol ks<i> (a loop invariant), not a loop or computed-index variable."""
+    return v.is_Symbol and v.name.startswith("ks") and v.name[2:].isdigit()
+
+
 def is_static(s) -> bool:
     return isinstance(s, int) or (isinstance(s, sympy.Basic) and s.is_Integer)
 
