@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from . import ops as optable
-from .ir import hint, is_size_symbol
+from .ir import csize, hint, is_size_symbol
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
 from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type
 from .codegen_reduction import ReductionCodegen
@@ -493,6 +493,7 @@ class CppOps:
         var = f"tmp{self.k.counter}"
         self.k.counter += 1
         code = self.k.status(self.k.origin_stack[-1], f"index out of bounds for dimension of size {size}")
+        size = csize(size)
         self.k.emit(f"int64_t {var} = {x} < 0 ? {x} + {size} : {x};")
         self.k.emit(f"if ({var} < 0 || {var} >= {size}) {{ tdbg_status = {code}; {var} = 0; }}")
         return sympy.Symbol(var, integer=True)

@@ -11,36 +11,12 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from .ir import FLOOR_DIVS, REMAINDERS, FloorDiv, ModIndex, hint  # noqa: F401 (wrapper imports them here)
+from .ir import FLOOR_DIVS, REMAINDERS, cexpr, hint  # noqa: F401 (codegen and the wrapper import them here)
 from .ops import CPP_TYPES
 
 
 def cpp_type(dtype) -> str:
     return CPP_TYPES[dtype]
-
-
-def cexpr(e) -> str:
-    """sympy index expression -> C++ (int64 arithmetic; indices are non-negative; size symbols
-    ks<i> are the kernel's int64_t arguments)."""
-    e = sympy.sympify(e)
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Symbol:
-        return e.name
-    if isinstance(e, FloorDiv) or type(e).__name__ in FLOOR_DIVS:
-        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
-    if isinstance(e, ModIndex) or type(e).__name__ in REMAINDERS:
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
-    if type(e).__name__ == "ModularIndexing":   # (a // b) % c
-        a, b, c = (cexpr(x) for x in e.args)
-        return f"(({a} / {b}) % {c})"
-    if e.is_Add:
-        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + "*".join(cexpr(a) for a in e.args) + ")"
-    if e.is_Pow and e.exp.is_Integer and 1 < int(e.exp) <= 4:   # ks0*ks0 after expansion
-        return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
-    raise NotImplementedError(f"index expression {e}")
 
 
 def may_exceed(size, n) -> bool:

@@ -18,6 +18,7 @@ import sympy
 import torch
 
 from .codegen_loops import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type, may_exceed
+from .ir import csize
 from .scheduler import accumulates_in_producer, kernel_threads
 from .logs import get_logger
 
@@ -97,7 +98,7 @@ class ReductionCodegen:
         data = node.buffer.data
         out_dtype, rtype = data.dtype, data.reduction_type
         rvars = [v for v in node.rindex if v.is_Symbol]
-        ridx = " + ".join(f"{v}*{st}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
+        ridx = " + ".join(f"{v}*{csize(st)}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
         if self.lane is not None:
             self.lane_reduction(node, ops, rvars, ridx)
             return

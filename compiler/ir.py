@@ -71,6 +71,36 @@ FLOOR_DIVS = ("FloorDiv", "CleanDiv")
 REMAINDERS = ("Mod", "PythonMod")
 
 
+def cexpr(e) -> str:
+    """sympy index or size expression -> C++ (int64 arithmetic; indices are non-negative; size symbols
+    ks<i> are the kernel's int64_t arguments)."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    if isinstance(e, FloorDiv) or type(e).__name__ in FLOOR_DIVS:
+        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
+    if isinstance(e, ModIndex) or type(e).__name__ in REMAINDERS:
+        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
+    if type(e).__name__ == "ModularIndexing":   # (a // b) % c
+        a, b, c = (cexpr(x) for x in e.args)
+        return f"(({a} / {b}) % {c})"
+    if e.is_Add:
+        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
+    if e.is_Mul:
+        return "(" + "*".join(cexpr(a) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and 1 < int(e.exp) <= 4:   # ks0*ks0 after expansion
+        return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
+    raise NotImplementedError(f"index expression {e}")
+
+
+def csize(x) -> str:
+    """A size in C++: an int as itself, a symbolic size through cexpr (never Python's str, whose
+    `//` would start a C++ comment)."""
+    return cexpr(x) if isinstance(x, sympy.Basic) else str(x)
+
+
 def _exact_divisions(expr):
     """`expr` with each ShapeEnv floor division whose quotient is a polynomial (s0**2 // s0)
     replaced by that quotient, so equal sizes compare equal."""

@@ -444,7 +444,8 @@ class Lane:
     def end(self):
         if isinstance(self.size, int) and self.size % self.chunk == 0:
             return f"{self.base} + {self.chunk}"
-        return f"({self.base} + {self.chunk} < {self.size} ? {self.base} + {self.chunk} : {self.size})"
+        size = ir.csize(self.size)
+        return f"({self.base} + {self.chunk} < {size} ? {self.base} + {self.chunk} : {size})"
 
 
 def plan_lanes(group: KernelGroup, config):

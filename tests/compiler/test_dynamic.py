@@ -209,3 +209,15 @@ def test_training_forward_and_backward_compile_once_each():
     counters = _counters()["tdbg"]
     assert (counters["symbolic_compilations"], counters["static_specializations"],
             counters["symbolic_fallbacks"]) == (2, 0, 0)
+
+
+def test_sizes_in_cpp_never_use_pythons_floor_division():
+    """`//` starts a C++ comment: a size printed by Python's str (ShapeEnv's FloorDiv prints as
+    `ks0//12`) would cut a loop bound off. csize spells it as C++ division."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv as ShapeEnvFloorDiv
+    from tdbg.compiler.ir import csize
+    k = sympy.Symbol("ks0", integer=True, positive=True)
+    size = ShapeEnvFloorDiv(k, 12) * 64
+    assert "//" in str(size)
+    assert csize(size) == "(64*(ks0 / 12))" and csize(7) == "7"
