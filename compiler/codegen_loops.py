@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import sympy
 import torch
 
-from .ir import FLOOR_DIVS, REMAINDERS, cexpr, hint  # noqa: F401 (codegen and the wrapper import them here)
+from .ir import cexpr, hint  # noqa: F401 (codegen_cpp and codegen_reduction import cexpr here)
 from .ops import CPP_TYPES
 
 

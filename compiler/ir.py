@@ -74,24 +74,29 @@ REMAINDERS = ("Mod", "PythonMod")
 def cexpr(e) -> str:
     """sympy index or size expression -> C++ (int64 arithmetic; indices are non-negative; size symbols
     ks<i> are the kernel's int64_t arguments)."""
+    return render_int(e, "/")
+
+
+def render_int(e, div: str) -> str:
+    """An integer expression of non-negative terms as source text with `div` as floor division
+    ("/" in C++, "//" in Python: equal on non-negative operands); NotImplementedError for others."""
     e = sympy.sympify(e)
     if e.is_Integer:
         return str(int(e))
     if e.is_Symbol:
         return e.name
-    if isinstance(e, FloorDiv) or type(e).__name__ in FLOOR_DIVS:
-        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
-    if isinstance(e, ModIndex) or type(e).__name__ in REMAINDERS:
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
-    if type(e).__name__ == "ModularIndexing":   # (a // b) % c
-        a, b, c = (cexpr(x) for x in e.args)
-        return f"(({a} / {b}) % {c})"
-    if e.is_Add:
-        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + "*".join(cexpr(a) for a in e.args) + ")"
+    args = [render_int(a, div) for a in e.args]
+    name = type(e).__name__
+    if isinstance(e, FloorDiv) or name in FLOOR_DIVS:
+        return f"({args[0]} {div} {args[1]})"
+    if isinstance(e, ModIndex) or name in REMAINDERS:
+        return f"({args[0]} % {args[1]})"
+    if name == "ModularIndexing":   # (a // b) % c
+        return f"(({args[0]} {div} {args[1]}) % {args[2]})"
+    if e.is_Add or e.is_Mul:
+        return "(" + (" + " if e.is_Add else "*").join(args) + ")"
     if e.is_Pow and e.exp.is_Integer and 1 < int(e.exp) <= 4:   # ks0*ks0 after expansion
-        return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
+        return "(" + "*".join([args[0]] * int(e.exp)) + ")"
     raise NotImplementedError(f"index expression {e}")
 
 

@@ -29,9 +29,7 @@ from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (o
 from .config import current
 from .errors import KernelRuntimeError
 from . import ir
-from .ir import (Buffer, ExternKernel, FloorDiv, IRNode, ModIndex, Reduction, ReinterpretView, SymbolicUnsupported,
-                 format_body, index_var)
-from .codegen_loops import FLOOR_DIVS, REMAINDERS
+from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, index_var
 from .lowering import LOWERINGS
 from .scheduler import ExternNode, KernelGroup
 
@@ -175,23 +173,10 @@ def pysize(e) -> str:
     output_code.py's call() reads from its inputs)."""
     if isinstance(e, int):
         return str(e)
-    e = sympy.sympify(e)
-    if e.is_Integer or e.is_Symbol:
-        return str(e)
-    if isinstance(e, FloorDiv) or type(e).__name__ in FLOOR_DIVS:
-        return f"({pysize(e.args[0])} // {pysize(e.args[1])})"
-    if isinstance(e, ModIndex) or type(e).__name__ in REMAINDERS:
-        return f"({pysize(e.args[0])} % {pysize(e.args[1])})"
-    if type(e).__name__ == "ModularIndexing":
-        a, b, c = (pysize(x) for x in e.args)
-        return f"(({a} // {b}) % {c})"
-    if e.is_Add:
-        return "(" + " + ".join(pysize(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + "*".join(pysize(a) for a in e.args) + ")"
-    if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-        return f"({pysize(e.base)}**{int(e.exp)})"
-    raise SymbolicUnsupported(f"size expression {e} in the wrapper")
+    try:
+        return ir.render_int(e, "//")
+    except NotImplementedError:
+        raise SymbolicUnsupported(f"size expression {e} in the wrapper") from None
 
 
 def pysizes(seq) -> str:
