@@ -208,7 +208,9 @@ def _node_values(gm):
 
 def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
                  trace: Optional[DebugTrace] = None) -> CompiledGraph:
-    """Compile an aten-level FX graph into C++ kernels plus a Python wrapper."""
+    """Compile an aten-level FX graph into C++ kernels plus a Python wrapper. A graph with
+    symbolic shapes compiles once, its kernels taking the sizes as arguments (`_compile_symbolic`),
+    else (config.dynamic == "specialize", or it cannot) once per concrete call signature."""
     config = config or _config.current()
     configure_logging(config)
     from . import build
@@ -264,7 +266,8 @@ def _compile_symbolic(aten_gm, example_inputs, config, graph_name, kind, trace, 
 
 
 def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> CompiledGraph:
-    """The stages, on a graph with static shapes (Python scalar inputs are baked in)."""
+    """The stages, on a graph with static shapes (Python scalar inputs are baked in), or inside
+    an ir.shape_scope on one with symbolic shapes."""
     c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)
     if trace:
         from .wrapper import write_graph_files
