@@ -554,8 +554,10 @@ def write_graph_files(trace, gm, example_inputs) -> None:
     """fx_graph_readable.py, fx_graph_runnable.py (standalone) and fx_graph_transformed.py."""
     trace.write("fx_graph_readable.py", gm.print_readable(print_output=False))
     consts = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
-    specs = [(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
-             for x in example_inputs]
+    def value(v):   # a symbolic size: the example's (its hint; int() would add a guard)
+        return ir.hint(ir.as_size(v)) if isinstance(v, torch.SymInt) else v
+    specs = [(tuple(map(value, x.shape)), tuple(map(value, x.stride())), x.dtype) if isinstance(x, torch.Tensor)
+             else value(x) for x in example_inputs]
     body = "\n".join("    " + line for line in gm.code.strip("\n").splitlines())
     init = "\n".join(f"        self.register_buffer({c!r}, torch.randn({tuple(getattr(gm, c).shape)}).to({getattr(gm, c).dtype}))"
                      for c in consts) or "        pass"

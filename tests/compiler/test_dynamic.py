@@ -82,6 +82,8 @@ def _rows(n):
 def test_pointwise_chain():
     g = assert_one_symbolic(run_dynamic(lambda x: torch.tanh(x * 2 + 1).sigmoid() - x.abs(), _rows))
     assert "1000" not in g.source_code and "< 17" not in g.source_code
+    # `python output_code.py` runs on random inputs of the example's sizes (no symbol there)
+    assert re.search(r"^INPUTS = \[\(\(2, 768\), \(768, 1\), torch.float32\)\]$", g.source_code, re.M)
 
 
 def test_broadcasting_add_of_a_row_vector():
