@@ -247,3 +247,19 @@ def test_sizes_in_cpp_never_use_pythons_floor_division():
     size = ShapeEnvFloorDiv(k, 12) * 64
     assert "//" in str(size)
     assert csize(size) == "(64*(ks0 / 12))" and csize(7) == "7"
+
+
+def test_linears_with_symbolic_rows_run_unpacked():
+    """A packed weight serves one row count: packed at every new length it would cost more
+    than it saves, so a symbolic row count keeps the plain addmm (a static one is packed)."""
+    from tdbg.compiler import prepack
+    if not prepack.mkl_available():
+        pytest.skip("no MKL: nothing is packed")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(128, 256)
+    fn = lambda x: lin(x).relu()   # noqa: E731
+    with torch.no_grad():
+        static = run_dynamic(fn, lambda n: (torch.randn(n, 128),), sizes=(9,), dynamo_dynamic=False)[-1]
+        symbolic = assert_one_symbolic(run_dynamic(fn, lambda n: (torch.randn(n, 128),), sizes=(9, 17, 64)))
+    assert "_packed.linear" in static.source_code
+    assert "_packed" not in symbolic.source_code and "aten.addmm" in symbolic.source_code
