@@ -526,7 +526,9 @@ def run_dynamic(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
                 if harness.check_cell(cell, runner, feed[n], expected[n], reference[n]) is not None:
                     runners[(spec, n)] = harness._guarded(cell, lambda r=runner, x=feed[n]: r(*x))
             stats = {"seen": list(seen), "sweep_s": sweep_s, "dynamo_graphs": dynamo_counters["stats"]["unique_graphs"],
-                     "tdbg_static_compiles": dynamo_counters["tdbg"]["static_specializations"]}
+                     "tdbg_static_compiles": dynamo_counters["tdbg"]["static_specializations"],
+                     "tdbg_symbolic_compiles": dynamo_counters["tdbg"]["symbolic_compilations"],
+                     "tdbg_symbolic_fallbacks": dynamo_counters["tdbg"]["symbolic_fallbacks"]}
             for n in unseen:
                 cells[(spec, n)].dynamic = stats
     with phases("timed"):
@@ -677,7 +679,8 @@ def dynamic_lines(rows: list) -> list:
         done.add(key)
         lines.append(f"dynamic {key[0]} {harness._label(r['backend'])}: {len(d['seen'])} sizes fed in "
                      f"{d['sweep_s']:.1f} s; Dynamo graphs {d['dynamo_graphs']}, tdbg static compilations "
-                     f"{d['tdbg_static_compiles']}")
+                     f"{d['tdbg_static_compiles']}, symbolic {d.get('tdbg_symbolic_compiles', 0)} "
+                     f"(fallbacks {d.get('tdbg_symbolic_fallbacks', 0)})")
     return lines
 
 

@@ -54,6 +54,7 @@ class CompiledGraph:
         self.kernel_nodes = {k: list(v) for k, v in (kernel_nodes or {}).items()}
         self.node_traces = dict(node_traces or {})   # FX node name -> its stack trace (user lines)
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
+        self.size_symbols = {}   # a symbolic compilation: kernel size symbol (ks0) -> ShapeEnv symbol
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
         from .torch_compat import pytree
         self._unflatten = pytree.tree_unflatten
@@ -207,7 +208,9 @@ def _node_values(gm):
 
 def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
                  trace: Optional[DebugTrace] = None) -> CompiledGraph:
-    """Compile an aten-level FX graph into C++ kernels plus a Python wrapper."""
+    """Compile an aten-level FX graph into C++ kernels plus a Python wrapper. A graph with
+    symbolic shapes compiles once, its kernels taking the sizes as arguments (`_compile_symbolic`),
+    else (config.dynamic == "specialize", or it cannot) once per concrete call signature."""
     config = config or _config.current()
     configure_logging(config)
     from . import build
@@ -221,13 +224,50 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
             log.info("%s: data-dependent shapes; running the aten graph unchanged", graph_name)
             return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
                                  fallback_targets=targets)
-        log.info("%s: symbolic shapes or scalar inputs; compiling per concrete signature", graph_name)
+        reason = "config.dynamic is 'specialize'"
+        if config.dynamic == "symbolic":
+            compiled, reason = _compile_symbolic(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
+            if compiled is not None:
+                return compiled
+        log.info("%s: symbolic shapes or scalar inputs; compiling per concrete signature (%s)", graph_name, reason)
         return CompiledGraph(graph_name, _Specializer(aten_gm, config, graph_name, kind), spec, kind=kind)
     return _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
 
 
+def _compile_symbolic(aten_gm, example_inputs, config, graph_name, kind, trace, spec):
+    """(CompiledGraph, None): `aten_gm` compiled once, its kernels taking the size symbols as
+    arguments (ir.ShapeSymbols), valid for every call Dynamo's guards let through; or (None,
+    reason) when some step cannot work on symbolic sizes (ir.SymbolicUnsupported, or any other
+    failure of this path): the caller falls back to per-signature compilation, so no graph that
+    compiled before fails now. Counted in dynamo_counters["tdbg"] ("symbolic_compilations",
+    "symbolic_fallbacks") and, per reason, dynamo_counters["tdbg_symbolic_fallbacks"]."""
+    from .ir import ShapeSymbols, shape_scope
+    from .lowering import COUNTERS
+    from .torch_compat import dynamo_counters, shape_env_functions, shape_env_of, sym_expr
+    env = shape_env_of(list(example_inputs) + _node_values(aten_gm))
+    replace, hint_of = shape_env_functions(env) if env is not None else (None, None)
+    shapes = ShapeSymbols(sym_expr, replace, hint_of)
+    counted = dict(COUNTERS)   # bisect's counted applications: a failed attempt leaves no trace there
+    try:
+        with shape_scope(shapes):
+            compiled = _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
+    except Exception as e:   # noqa: BLE001 -- any failure here has the per-signature path behind it
+        COUNTERS.update(counted)
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        log.info("%s: symbolic compilation failed (%s)", graph_name, reason)
+        log.debug("%s: where the symbolic compilation failed", graph_name, exc_info=True)
+        dynamo_counters["tdbg"]["symbolic_fallbacks"] += 1
+        dynamo_counters["tdbg_symbolic_fallbacks"][reason] += 1
+        return None, reason
+    dynamo_counters["tdbg"]["symbolic_compilations"] += 1
+    compiled.size_symbols = {str(ks): str(s) for s, ks in shapes.symbols.items()}
+    log.info("%s: compiled once for symbolic sizes %s", graph_name, compiled.size_symbols)
+    return compiled, None
+
+
 def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> CompiledGraph:
-    """The stages, on a graph with static shapes (Python scalar inputs are baked in)."""
+    """The stages, on a graph with static shapes (Python scalar inputs are baked in), or inside
+    an ir.shape_scope on one with symbolic shapes."""
     c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)
     if trace:
         from .wrapper import write_graph_files

@@ -10,10 +10,11 @@ default (`with_defaults`), else it is bound to the OpOverload itself.
 """
 from __future__ import annotations
 
+import sympy
 import torch
 
 from . import torch_compat
-from .ir import IRNode
+from .ir import IRNode, hint
 
 
 def _arg_kind(x) -> str:
@@ -137,7 +138,11 @@ def _parses(fn, args, kwargs: dict, out: bool) -> bool:
             lay = getattr(x, "layout", None)
             if lay is None:
                 raise LookupError
-            return torch.empty_strided(tuple(lay.size), tuple(lay.stride), dtype=lay.dtype, device="meta")
+            # symbolic sizes: their hints (parsing depends on types, not values)
+            return torch.empty_strided(tuple(map(hint, lay.size)), tuple(map(hint, lay.stride)), dtype=lay.dtype,
+                                       device="meta")
+        if isinstance(x, sympy.Expr):
+            return hint(x)
         if isinstance(x, (list, tuple)):
             return type(x)(meta(v) for v in x)
         return x

@@ -17,15 +17,16 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 
 import sympy
 import torch
 
 from . import ops as optable
-from .ir import FloorDiv, ModIndex
+from .ir import csize, hint, is_size_symbol
 from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
-from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type
+from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type
 from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
 from .logs import get_logger
@@ -34,24 +35,6 @@ from .scheduler import KernelGroup, kernel_name, kernel_threads
 BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
 
 log = get_logger("schedule")
-
-
-def cexpr(e) -> str:
-    """sympy index expression -> C++ (int64 arithmetic; indices are non-negative)."""
-    e = sympy.sympify(e)
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Symbol:
-        return e.name
-    if isinstance(e, FloorDiv):
-        return f"({cexpr(e.args[0])} / {cexpr(e.args[1])})"
-    if isinstance(e, ModIndex):
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
-    if e.is_Add:
-        return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + "*".join(cexpr(a) for a in e.args) + ")"
-    raise NotImplementedError(f"index expression {e}")
 
 
 def constant(value, dtype) -> str:
@@ -69,6 +52,15 @@ def constant(value, dtype) -> str:
     if value == -(2 ** 63):
         return "tdbg_limits<int64_t>::lowest()"
     return f"static_cast<{t}>({value}LL)"
+
+
+_SIZE_SYMBOL = re.compile(r"\bks(\d+)\b")
+
+
+def size_symbols(lines) -> list:
+    """The size symbols (ks<i>, ir.ShapeSymbols) a kernel body uses, in order: its int64_t arguments."""
+    found = {int(m) for line in lines for m in _SIZE_SYMBOL.findall(line)}
+    return [f"ks{i}" for i in sorted(found)]
 
 
 def fx_line(node) -> str:
@@ -244,7 +236,8 @@ class CppKernel(ReductionCodegen):
         dtype = node.buffer.dtype
         value = ops.to_dtype(value, dtype)
         self.touch(dtype)
-        if not (node.store_index.free_symbols <= self.loop_symbols(node)):
+        # size symbols (ks<i>) are loop invariants: only an index symbol that is no loop variable is computed
+        if not ({v for v in node.store_index.free_symbols if not is_size_symbol(v)} <= self.loop_symbols(node)):
             self.unsafe(f"{node.name} is stored through a computed index")
         if node.name in self.scratch:
             self.emit(f"{self.scratch[node.name][1]} = {value};")
@@ -270,6 +263,8 @@ class CppKernel(ReductionCodegen):
         body = self.row_column_body(ops) if self.group.columns else self.loop_nest(ops)
         params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
         params += [f"{cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
+        self.size_args = size_symbols(body)
+        params += [f"int64_t {s}" for s in self.size_args]
         lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
         lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
         return "\n".join(lines) + "\n"
@@ -331,12 +326,23 @@ class CppKernel(ReductionCodegen):
         return LoopNest(outer).render(self.block.lines + rendered)
 
     def _parallelize(self, loops):
-        work = math.prod(self.group.ranges) * max([math.prod(n.rranges) for n in self.group.nodes] + [1])
+        # symbolic sizes: the example inputs' values decide (any decision here is correct code)
+        work = math.prod(map(hint, self.group.ranges)) * max(
+            [math.prod(map(hint, n.rranges)) for n in self.group.nodes] + [1])
         reason = None
+        # symbolic sizes: the work is known at run time only; OpenMP's if clause decides there
+        sizes = [*self.group.ranges, *(r for n in self.group.nodes for r in n.rranges)]
+        runtime = ""
+        if not all(isinstance(r, int) for r in sizes):
+            inner = max([n.rranges for n in self.group.nodes], key=lambda r: math.prod(map(hint, r)), default=())
+            total = sympy.expand(math.prod(self.group.ranges) * math.prod(inner))
+            runtime = f" if({cexpr(total)} >= {self.config.min_chunk_size})"
         if not self.config.parallel:
             reason = "config.parallel is off"
         elif not loops:
             reason = "no outer loop (the result is a single element)"
+        elif runtime:
+            pass
         elif work < self.config.min_chunk_size:
             reason = f"work {work} < min_chunk_size {self.config.min_chunk_size}"
         elif loops[0].trips < 2 and len(loops) == 1:
@@ -358,9 +364,9 @@ class CppKernel(ReductionCodegen):
         clause = f" collapse({collapse})" if collapse > 1 else ""
         if loops[0].pragma:   # a single vectorized loop: one combined construct
             simd = loops[0].pragma.replace("#pragma omp simd", "")
-            loops[0].pragma = f"#pragma omp parallel for simd{simd} num_threads({threads})"
+            loops[0].pragma = f"#pragma omp parallel for simd{simd} num_threads({threads}){runtime}"
             return
-        loops[0].pragma = f"#pragma omp parallel for{clause} num_threads({threads})"
+        loops[0].pragma = f"#pragma omp parallel for{clause} num_threads({threads}){runtime}"
 
 
 class CppOps:
@@ -394,6 +400,8 @@ class CppOps:
         return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", dtype)
 
     def constant(self, value, dtype):
+        if isinstance(value, sympy.Expr) and not value.is_number:   # a symbolic size (mean's count)
+            return self.index_expr(value, dtype)
         var = CppVar(constant(value, dtype), dtype)
         self.k.segs.note_constant(var.name, value, dtype)
         return var
@@ -485,6 +493,7 @@ class CppOps:
         var = f"tmp{self.k.counter}"
         self.k.counter += 1
         code = self.k.status(self.k.origin_stack[-1], f"index out of bounds for dimension of size {size}")
+        size = csize(size)
         self.k.emit(f"int64_t {var} = {x} < 0 ? {x} + {size} : {x};")
         self.k.emit(f"if ({var} < 0 || {var} >= {size}) {{ tdbg_status = {code}; {var} = 0; }}")
         return sympy.Symbol(var, integer=True)
@@ -527,6 +536,7 @@ class KernelInfo:
     name: str
     source: str
     args: list            # buffer names in parameter order
+    size_args: list       # then these size symbols (ks<i>), int64_t
     status_nodes: list    # [(fx node name, message)] for status codes 1..n
     group_index: int
     fx_nodes: list
@@ -542,6 +552,6 @@ def generate_kernels(items, buffers, config) -> list:
         item.name = kernel_name(item, len(kernels))
         k = CppKernel(item.name, item, buffers, config)
         source = k.generate()
-        kernels.append(KernelInfo(item.name, source, list(k.inputs) + list(k.outputs), k.status_nodes, pos,
+        kernels.append(KernelInfo(item.name, source, list(k.inputs) + list(k.outputs), k.size_args, k.status_nodes, pos,
                                   [o.name for o in item.origins()], k.line_origins))
     return kernels

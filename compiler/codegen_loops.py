@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 
+from .ir import cexpr, hint  # noqa: F401 (codegen_cpp and codegen_reduction import cexpr here)
 from .ops import CPP_TYPES
 
 
 def cpp_type(dtype) -> str:
     return CPP_TYPES[dtype]
+
+
+def may_exceed(size, n) -> bool:
+    """size > n, where a symbolic size counts as possibly larger (code for it must handle both)."""
+    return size > n if isinstance(size, int) else True
 
 
 @dataclass(frozen=True)
@@ -48,18 +55,21 @@ class Block:
 @dataclass
 class Loop:
     var: str
-    size: object          # the bound: an int, or a C++ expression
+    size: object          # the bound: an int, a sympy size expression, or a C++ expression
     pragma: str = ""
     start: str = "0"
     step: int = 1
 
     @property
     def trips(self) -> int:
+        if isinstance(self.size, sympy.Basic):   # a symbolic bound: its hint (a heuristic's input)
+            return -(-hint(self.size) // self.step)
         return -(-self.size // self.step) if isinstance(self.size, int) else 1
 
     def head(self) -> str:
         step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
-        return f"for (int64_t {self.var} = {self.start}; {self.var} < {self.size}; {step})"
+        bound = cexpr(self.size) if isinstance(self.size, sympy.Basic) else self.size
+        return f"for (int64_t {self.var} = {self.start}; {self.var} < {bound}; {step})"
 
 
 @dataclass

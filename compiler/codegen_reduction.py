@@ -14,9 +14,11 @@ import contextlib
 import re
 from dataclasses import dataclass
 
+import sympy
 import torch
 
-from .codegen_loops import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type
+from .codegen_loops import CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type, may_exceed
+from .ir import csize
 from .scheduler import accumulates_in_producer, kernel_threads
 from .logs import get_logger
 
@@ -72,10 +74,11 @@ def float_partials(node, rtype, acc_dtype) -> bool:
 
 def _blocked(loop, block):
     """`loop` restricted to one block of `block` iterations starting at `<var>b`."""
-    if loop.size <= block:
+    if not may_exceed(loop.size, block):
         return [loop]
     var, size = loop.var, loop.size
-    end = f"{var}b + {block}" if size % block == 0 else f"({var}b + {block} < {size} ? {var}b + {block} : {size})"
+    size = cexpr(size) if isinstance(size, sympy.Basic) else size
+    end = f"{var}b + {block}" if isinstance(size, int) and size % block == 0 else f"({var}b + {block} < {size} ? {var}b + {block} : {size})"
     return [Loop(var, end, loop.pragma, start=f"{var}b")]
 
 
@@ -95,7 +98,7 @@ class ReductionCodegen:
         data = node.buffer.data
         out_dtype, rtype = data.dtype, data.reduction_type
         rvars = [v for v in node.rindex if v.is_Symbol]
-        ridx = " + ".join(f"{v}*{st}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
+        ridx = " + ".join(f"{v}*{csize(st)}" for v, st in zip(rvars, _contiguous(node.rranges))) or "0"
         if self.lane is not None:
             self.lane_reduction(node, ops, rvars, ridx)
             return
@@ -137,7 +140,7 @@ class ReductionCodegen:
             # float partial sums of `block` elements (PARTIAL_STEPS per lane) go into the double
             body = [f"float {target} = 0;"] + LoopNest(_blocked(loops[-1], block)).render(inner.lines) + \
                 [f"{acc} = {acc} + {target};"]
-            if loops[-1].size > block:
+            if may_exceed(loops[-1].size, block):
                 body = LoopNest([Loop(f"{loops[-1].var}b", loops[-1].size, step=block)]).render(body)
             self.block.lines.extend(LoopNest(loops[:-1]).render(body))
         if pragma and rtype in ("max", "min") and acc_dtype.is_floating_point:
@@ -243,7 +246,7 @@ class ReductionCodegen:
                 self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{part} = 0;"))
                 self.block.lines.extend(LoopNest(_blocked(loops[0], block)).render(outer.lines))
                 self.lane_loop(f"{node.name} partial", lambda: self.block.lines.append(f"{acc} = {acc} + {part};"))
-            self.block.lines.extend(LoopNest([Loop(f"{loops[0].var}b", loops[0].size, step=block)] if loops[0].size > block else []).render(blocked.lines))
+            self.block.lines.extend(LoopNest([Loop(f"{loops[0].var}b", loops[0].size, step=block)] if may_exceed(loops[0].size, block) else []).render(blocked.lines))
         result = CppVar(f"{name}_idx[{lane.offset}]", torch.int64) if rtype.startswith("arg") else CppVar(acc, acc_dtype)
         if node.local and result.dtype == data.dtype:
             self.stored[node.name] = (node.store_index, result)

@@ -21,6 +21,7 @@ from .logs import LOG_CHANNELS
 from .toolchain import native_vector
 
 BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
+DYNAMIC_MODES = ("symbolic", "specialize")
 # The aten/prims ops tdbg lowers, by name: the ops `inject_bug` can break (an op that is not
 # lowered has no generated code to break). tests/test_config.py pins it to lowering.LOWERINGS;
 # spelled out here so that reading the configuration stays torch-free.
@@ -66,6 +67,10 @@ class Config:
     max_lowered_ops: Optional[int] = None  # bisect: only the first N lowerable nodes are lowered
     layout_optimization: bool = True   # inference graphs with 2-d convolutions run NHWC (layout.py)
     pack_weights: bool = True          # inference linears run on MKL-packed weights (prepack.py)
+    # graphs with symbolic shapes: "symbolic" compiles once into kernels taking the sizes as
+    # arguments (falling back per graph where it cannot); "specialize" compiles one static copy
+    # per concrete call signature (the bisect subsystem / the older path)
+    dynamic: str = "symbolic"
     # codegen
     # vector width in float32 lanes (0 disables vectorization); default: the CPU's (toolchain.native_vector)
     simdlen: int = field(default_factory=lambda: _native_vector()[0])
@@ -105,6 +110,8 @@ class Config:
             if kind not in BUG_KINDS:
                 raise ValueError(f"inject_bug kind {kind!r} is not one of {', '.join(BUG_KINDS)}")
             check_injectable(op)
+        if self.dynamic not in DYNAMIC_MODES:
+            raise ValueError(f"dynamic must be one of {', '.join(DYNAMIC_MODES)}, got {self.dynamic!r}")
         unknown = set(self.logs) - set(LOG_CHANNELS)
         if unknown:
             raise ValueError(f"unknown log channel(s) {sorted(unknown)}; channels: {', '.join(LOG_CHANNELS)}")
@@ -232,6 +239,7 @@ _ENV = {
     "TDBG_DECOMPOSE": ("decompose", _flag),
     "TDBG_LAYOUT_OPTIMIZATION": ("layout_optimization", _flag),
     "TDBG_PACK_WEIGHTS": ("pack_weights", _flag),
+    "TDBG_DYNAMIC": ("dynamic", str),
     "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),
     "TDBG_FALLBACK_OPS": ("fallback_ops", lambda v: frozenset(filter(None, v.split(",")))),
     "TDBG_MAX_LOWERED_OPS": ("max_lowered_ops", int),

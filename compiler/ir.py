@@ -55,6 +55,169 @@ class ModIndex(sympy.Function):
             return sympy.Integer(int(a) % int(b))
 
 
+# ---- symbolic sizes ---------------------------------------------------------------------------
+# A graph with symbolic (backed) shapes compiles once: sizes, strides and loop bounds are sympy
+# expressions over the kernel size symbols ks0, ks1, ... (one per ShapeEnv symbol of the graph's
+# inputs), which the kernels take as int64_t arguments and the wrapper reads from the inputs at
+# call time. Heuristics (parallelism, chunking, memory order) use the example inputs' values
+# (`hint`); the generated code never depends on them: a decision that would be wrong for another
+# size raises SymbolicUnsupported and compile_aten falls back to per-signature compilation.
+
+
+# ShapeEnv's integer functions in size expressions (a view's -1 over a symbolic dim gives
+# FloorDiv(s0, 12)), by class name: the operands are non-negative sizes, where C++'s / and %
+# are Python's // and %
+FLOOR_DIVS = ("FloorDiv", "CleanDiv")
+REMAINDERS = ("Mod", "PythonMod")
+
+
+def cexpr(e) -> str:
+    """sympy index or size expression -> C++ (int64 arithmetic; indices are non-negative; size symbols
+    ks<i> are the kernel's int64_t arguments)."""
+    return render_int(e, "/")
+
+
+def render_int(e, div: str) -> str:
+    """An integer expression of non-negative terms as source text with `div` as floor division
+    ("/" in C++, "//" in Python: equal on non-negative operands); NotImplementedError for others."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    args = [render_int(a, div) for a in e.args]
+    name = type(e).__name__
+    if isinstance(e, FloorDiv) or name in FLOOR_DIVS:
+        return f"({args[0]} {div} {args[1]})"
+    if isinstance(e, ModIndex) or name in REMAINDERS:
+        return f"({args[0]} % {args[1]})"
+    if name == "ModularIndexing":   # (a // b) % c
+        return f"(({args[0]} {div} {args[1]}) % {args[2]})"
+    if e.is_Add or e.is_Mul:
+        return "(" + (" + " if e.is_Add else "*").join(args) + ")"
+    if e.is_Pow and e.exp.is_Integer and 1 < int(e.exp) <= 4:   # ks0*ks0 after expansion
+        return "(" + "*".join([args[0]] * int(e.exp)) + ")"
+    raise NotImplementedError(f"index expression {e}")
+
+
+def csize(x) -> str:
+    """A size in C++: an int as itself, a symbolic size through cexpr (never Python's str, whose
+    `//` would start a C++ comment)."""
+    return cexpr(x) if isinstance(x, sympy.Basic) else str(x)
+
+
+def _exact_divisions(expr):
+    """`expr` with each ShapeEnv floor division whose quotient is a polynomial (s0**2 // s0)
+    replaced by that quotient, so equal sizes compare equal."""
+    def exact(e):
+        q = sympy.cancel(e.args[0] / e.args[1])
+        return q if q.is_polynomial() and sympy.denom(q) == 1 else e
+    return expr.replace(lambda e: type(e).__name__ in FLOOR_DIVS, exact)
+
+
+class SymbolicUnsupported(Exception):
+    """A lowering or planning step that cannot be done for symbolic sizes (the reason)."""
+
+
+class ShapeSymbols:
+    """The kernel size symbols of one compilation: ShapeEnv symbol -> ks<i>, their hints, and
+    where the wrapper reads each one at call time (`sources`: ks symbol -> (placeholder, kind,
+    dim) with kind "size", "stride" or "scalar")."""
+
+    def __init__(self, expr_of=None, replace=None, hint_of=None):
+        # torch_compat's accessors of a SymInt's expression and of its ShapeEnv
+        self.expr_of, self.replace, self.hint_of = expr_of, replace, hint_of
+        self.symbols: dict = {}      # ShapeEnv symbol -> ks symbol
+        self.hints: dict = {}        # ks symbol -> int
+        self.sources: dict = {}      # ks symbol -> (placeholder name, kind, dim)
+
+    def convert(self, expr):
+        """A ShapeEnv expression as an expression over ks symbols (new symbols get one)."""
+        if self.replace is not None:
+            expr = self.replace(expr)
+        for s in sorted(expr.free_symbols, key=str):
+            if s not in self.symbols:
+                hint = self.hint_of(s) if self.hint_of is not None else None
+                if hint is None:
+                    raise SymbolicUnsupported(f"size symbol {s} has no hint (data-dependent)")
+                ks = sympy.Symbol(f"ks{len(self.symbols)}", integer=True, positive=True)
+                self.symbols[s], self.hints[ks] = ks, int(hint)
+        return sympy.expand(_exact_divisions(expr.xreplace(self.symbols)))
+
+
+_SHAPES: list = []   # the ShapeSymbols of the compilation running (a stack; compiles hold Dynamo's lock)
+
+
+def current_shapes():
+    return _SHAPES[-1] if _SHAPES else None
+
+
+class shape_scope:
+    """`with shape_scope(ShapeSymbols(...)):` sizes converted and hinted in this compilation."""
+
+    def __init__(self, shapes):
+        self.shapes = shapes
+
+    def __enter__(self):
+        _SHAPES.append(self.shapes)
+        return self.shapes
+
+    def __exit__(self, *exc):
+        _SHAPES.pop()
+
+
+def as_size(s):
+    """A size/stride/offset as tdbg's IR holds it: an int when static, else a sympy expression
+    over ks symbols (a torch.SymInt is converted through the current ShapeSymbols)."""
+    if isinstance(s, int):
+        return s
+    if isinstance(s, torch.SymInt):
+        shapes = current_shapes()
+        if shapes is None or shapes.expr_of is None:
+            raise SymbolicUnsupported(f"symbolic size {s} outside a symbolic compilation")
+        expr = sympy.sympify(shapes.expr_of(s))
+        if expr.is_number:
+            return int(expr)
+        s = shapes.convert(expr)
+    if isinstance(s, sympy.Basic):
+        if s.is_Integer:
+            return int(s)
+        if s.is_number:
+            raise SymbolicUnsupported(f"non-integer size {s}")
+        return s
+    return int(s)
+
+
+def is_size_symbol(v) -> bool:
+    """A kernel size symbol ks<i> (a loop invariant), not a loop or computed-index variable."""
+    return v.is_Symbol and v.name.startswith("ks") and v.name[2:].isdigit()
+
+
+def is_static(s) -> bool:
+    return isinstance(s, int) or (isinstance(s, sympy.Basic) and s.is_Integer)
+
+
+def hint(s) -> int:
+    """The example inputs' value of a size (for heuristics only, never for generated code)."""
+    if isinstance(s, int):
+        return s
+    s = sympy.sympify(s)
+    if s.is_Integer:
+        return int(s)
+    shapes = current_shapes()
+    value = sympy.sympify(s.xreplace(shapes.hints) if shapes is not None else s)
+    if not value.is_number:
+        raise SymbolicUnsupported(f"no hint for {s}")
+    return int(value)
+
+
+def same(a, b) -> bool:
+    """a == b for every value of the size symbols (structurally, after expansion)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
 def index_var(prefix: str, i: int) -> sympy.Symbol:
     return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
 
@@ -76,7 +239,8 @@ def contiguous_strides(size) -> tuple:
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        s = as_size(s)
+        acc = acc * (max(s, 1) if isinstance(s, int) else s)   # a symbolic size is >= 2 (Dynamo specializes 0, 1)
     return tuple(reversed(strides))
 
 
@@ -89,7 +253,7 @@ class FixedLayout:
 
     @staticmethod
     def contiguous(size, dtype) -> "FixedLayout":
-        size = tuple(int(s) for s in size)
+        size = tuple(as_size(s) for s in size)
         return FixedLayout(size, contiguous_strides(size), dtype, 0)
 
     def index(self, idx) -> sympy.Expr:
@@ -105,16 +269,18 @@ class FixedLayout:
         return self.offset + 1 + sum((sz - 1) * st for sz, st in zip(self.size, self.stride))
 
     def is_contiguous(self) -> bool:
-        return all(st == c for sz, st, c in zip(self.size, self.stride, contiguous_strides(self.size)) if sz != 1)
+        return all(same(st, c) for sz, st, c in zip(self.size, self.stride, contiguous_strides(self.size)) if sz != 1)
 
     def is_dense(self) -> bool:
         """Non-overlapping and covering exactly numel elements (a valid allocation layout)."""
-        pairs = sorted((st, sz) for sz, st in zip(self.size, self.stride) if sz != 1)
+        # ordered by the hints; the check itself is exact, so it holds for every size
+        pairs = sorted(((st, sz) for sz, st in zip(self.size, self.stride) if sz != 1),
+                       key=lambda p: (hint(p[0]), hint(p[1])))
         expected = 1
         for st, sz in pairs:
-            if st != expected:
+            if not same(st, expected):
                 return False
-            expected *= sz
+            expected = expected * sz
         return True
 
     def __str__(self):
@@ -253,7 +419,7 @@ class View(IRNode):
 
     def __init__(self, base: IRNode, size, reindex: Callable):
         self.base, self.reindex = base, reindex
-        self.size, self.dtype = tuple(int(s) for s in size), base.dtype
+        self.size, self.dtype = tuple(as_size(s) for s in size), base.dtype
 
     def make_loader(self):
         inner, reindex = self.base.make_loader(), self.reindex
@@ -268,7 +434,9 @@ class View(IRNode):
 def broadcast_reindex(in_size, out_size) -> Callable:
     """Index into `in_size` from an index over `out_size` (PyTorch broadcasting)."""
     lead = len(out_size) - len(in_size)
-    keep = [int(s) == int(out_size[lead + i]) for i, s in enumerate(in_size)]
+    keep = [same(s, out_size[lead + i]) for i, s in enumerate(in_size)]
+    if any(not k and not same(s, 1) for k, s in zip(keep, in_size)):
+        raise SymbolicUnsupported(f"broadcast of {list(in_size)} to {list(out_size)}")
 
     def reindex(index):
         return [index[lead + i] if k else sympy.Integer(0) for i, k in enumerate(keep)]
@@ -284,20 +452,23 @@ def permute_reindex(dims) -> Callable:
 
 def reshape_reindex(old_size, new_size) -> Callable:
     """Linear index over `new_size`, unflattened over `old_size`, group by group."""
-    old_size, new_size = [int(s) for s in old_size], [int(s) for s in new_size]
+    old_size, new_size = [as_size(s) for s in old_size], [as_size(s) for s in new_size]
     groups, i, j = [], 0, 0
     while i < len(old_size) or j < len(new_size):
         oi, nj = i, j
         po = old_size[i] if i < len(old_size) else 1
         pn = new_size[j] if j < len(new_size) else 1
         i, j = i + (i < len(old_size)), j + (j < len(new_size))
-        while po != pn:
-            if po < pn and i < len(old_size):
+        # groups are found on the hints and must then hold exactly (for every size)
+        while hint(po) != hint(pn):
+            if hint(po) < hint(pn) and i < len(old_size):
                 po *= old_size[i]; i += 1
             elif j < len(new_size):
                 pn *= new_size[j]; j += 1
             else:
                 po *= old_size[i]; i += 1
+        if not same(po, pn):
+            raise SymbolicUnsupported(f"reshape of {old_size} to {new_size}: no exact dim grouping")
         groups.append((oi, i, nj, j))
 
     def reindex(index):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 
+import sympy
 import torch
 import torch.fx
 
@@ -23,7 +24,8 @@ from .torch_compat import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO, pytree
 from .errors import LoweringError
 from .logs import get_logger
 from .ir import (ComputedBuffer, ExternBuffer, ExternKernel, FixedLayout, InputBuffer, IRNode,
-                 Pointwise, Reduction, ReinterpretView, StorageBox, View)
+                 Pointwise, Reduction, ReinterpretView, StorageBox, SymbolicUnsupported, View, as_size,
+                 current_shapes, hint, same)
 from .lowering_common import (LOWERINGS, VIEW_REINDEX, _compute_dtype, _inject, _out, _overloads, operand,
                               register_lowering, with_origin)
 
@@ -92,14 +94,14 @@ class GraphLowering(torch.fx.Interpreter):
     def _materialize(self, data, size, stride=None):
         layout = FixedLayout.contiguous(size, data.dtype)
         if stride is not None and len(stride) == len(size):   # a node's stride, not one of its partial reductions'
-            cand = FixedLayout(tuple(int(s) for s in size), tuple(int(s) for s in stride), data.dtype)
+            cand = FixedLayout(tuple(as_size(s) for s in size), tuple(as_size(s) for s in stride), data.dtype)
             layout = cand if cand.is_dense() else layout
         buf = self.register(ComputedBuffer(self.new_name(), layout, data))
         # loops run in the buffer's memory order: a planned layout, and also strides a training
         # graph fixed (ConvNeXt's channels_last residual stream, a saved activation) — looped
         # in logical order, every store and every same-layout read was strided
         order = memory_order(layout)
-        moved = [d for d in order if layout.size[d] != 1]
+        moved = [d for d in order if not same(layout.size[d], 1)]
         buf.loop_order = order if moved != sorted(moved) else None
         self.operations.append(buf)
         return buf
@@ -125,13 +127,29 @@ class GraphLowering(torch.fx.Interpreter):
 
     def placeholder(self, target, args, kwargs):
         example = next(self._inputs)
-        self.placeholders.append(self.current_node.name)
+        name = self.current_node.name
+        self.placeholders.append(name)
+        shapes = current_shapes()
         if not isinstance(example, torch.Tensor):
+            if isinstance(example, torch.SymInt):
+                return self._sized(as_size(example), name, "scalar", 0)
+            if isinstance(example, (torch.SymFloat, torch.SymBool)) or shapes is not None:
+                raise SymbolicUnsupported(f"input {name} is a Python {type(example).__name__} (value {example})")
             return example
-        layout = FixedLayout(tuple(example.shape), tuple(example.stride()), example.dtype)
+        layout = FixedLayout(tuple(self._sized(as_size(s), name, "size", d) for d, s in enumerate(example.shape)),
+                             tuple(self._sized(as_size(s), name, "stride", d) for d, s in enumerate(example.stride())),
+                             example.dtype)
         buf = self.register(InputBuffer(self.current_node.name, layout))
         self.graph_inputs.append(buf)
         return buf
+
+    @staticmethod
+    def _sized(value, name, kind, dim):
+        """`value` (a size, stride or scalar of input `name`); a new symbol is read there at run time."""
+        shapes = current_shapes()
+        if shapes is not None and isinstance(value, sympy.Symbol):
+            shapes.sources.setdefault(value, (name, kind, dim))
+        return value
 
     def get_attr(self, target, args, kwargs):
         value = super().get_attr(target, args, kwargs)
@@ -149,6 +167,11 @@ class GraphLowering(torch.fx.Interpreter):
 
     def call_function(self, target, args, kwargs):
         node = self.current_node
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) and current_shapes() is not None:
+            return as_size(val)   # size arithmetic (sym_size, mul, ...): an expression over the size symbols
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            raise SymbolicUnsupported(f"{node.name} computes a symbolic {type(val).__name__}")
         if target is operator.getitem:
             return args[0][args[1]]
         if self.should_lower(node):
@@ -159,6 +182,8 @@ class GraphLowering(torch.fx.Interpreter):
             except NotImplementedError:
                 COUNTERS["lowered"] -= 1
                 return self.fallback(node, args, kwargs)
+            except SymbolicUnsupported:
+                raise
             except Exception as e:
                 raise lowering_error(node, f"lowering {target} failed: {type(e).__name__}: {e}") from e
             self.lowered.append({"index": index, "fx_node": node.name, "target": str(target)})
@@ -268,7 +293,7 @@ class GraphLowering(torch.fx.Interpreter):
     # -- building blocks used by lowerings ----------------------------------------------------
     def pointwise(self, node, size, dtype, fn, inputs=()) -> StorageBox:
         origins = [node] + [o for x in inputs if isinstance(x, IRNode) for o in x.lazy_origins()]
-        return StorageBox(Pointwise(tuple(int(s) for s in size), dtype, with_origin(node, fn), _unique(origins)))
+        return StorageBox(Pointwise(tuple(as_size(s) for s in size), dtype, with_origin(node, fn), _unique(origins)))
 
     def fallback(self, node, args, kwargs):
         """Run `node` through aten in the wrapper."""
@@ -294,7 +319,7 @@ class GraphLowering(torch.fx.Interpreter):
 
     def _extern_outputs(self, kernel, val, expr):
         if isinstance(val, torch.Tensor):
-            layout = FixedLayout(tuple(val.shape), tuple(val.stride()), val.dtype)
+            layout = FixedLayout(tuple(map(as_size, val.shape)), tuple(map(as_size, val.stride())), val.dtype)
             name = kernel.name if expr == kernel.name else f"{kernel.name}_{len(kernel.outputs)}"
             buf = self.register(ExternBuffer(name, layout, kernel, expr))
             kernel.outputs.append(buf)
@@ -306,7 +331,7 @@ class GraphLowering(torch.fx.Interpreter):
 
 def memory_order(layout) -> tuple:
     """Dims of `layout` from the largest stride to the smallest (ties keep logical order)."""
-    return tuple(sorted(range(len(layout.size)), key=lambda d: -layout.stride[d]))
+    return tuple(sorted(range(len(layout.size)), key=lambda d: -hint(layout.stride[d])))
 
 
 def _storage_buffer(x):
@@ -409,6 +434,31 @@ def _strided_meta(layout):
     return base.as_strided(layout.size, layout.stride, layout.offset)
 
 
+def _static_layout(layout) -> bool:
+    return all(isinstance(s, int) for s in (*layout.size, *layout.stride, layout.offset))
+
+
+def _symbolic_window(node, layout):
+    """The FixedLayout of view `node` over a buffer of symbolic `layout`: the fake tensors'
+    own view (sizes, strides, offset), when the input's fake layout is exactly `layout`."""
+    src, out = node.args[0].meta.get("val"), node.meta.get("val")
+    if not (isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor)):
+        return None
+    mine = (tuple(map(as_size, src.shape)), tuple(map(as_size, src.stride())))
+    if len(mine[0]) != len(layout.size) or not all(
+            same(a, b) for a, b in zip((*mine[0], *mine[1]), (*layout.size, *layout.stride))):
+        return None
+    try:
+        alias = torch_compat.is_alias_of(out, src)
+    except Exception:
+        alias = False
+    if not alias:
+        return None
+    offset = as_size(out.storage_offset()) - as_size(src.storage_offset()) + layout.offset
+    return FixedLayout(tuple(map(as_size, out.shape)), tuple(map(as_size, out.stride())), layout.dtype,
+                       as_size(offset))
+
+
 def lower_view(g, node, x, *args, **kwargs):
     """A ReinterpretView when `x` lives in a buffer and aten's own view gives a window on it;
     otherwise a View whose reindex maps output indices to `x`'s indices."""
@@ -420,7 +470,11 @@ def lower_view(g, node, x, *args, **kwargs):
         if not isinstance(x.storage()[0], ComputedBuffer):
             raise NotImplementedError("as_strided of a tensor whose storage offset is known only at run time")
     st = x.storage()
-    if st is not None:
+    if st is not None and not _static_layout(st[1]):
+        window = _symbolic_window(node, st[1])
+        if window is not None:
+            return ReinterpretView(st[0], window)
+    elif st is not None:
         buf, layout = st
         m = _strided_meta(layout)
         try:

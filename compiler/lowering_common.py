@@ -44,8 +44,10 @@ def _overloads(t):
 
 def _meta(x):
     """What PyTorch's promotion helpers need: a meta tensor for IR values, scalars as-is."""
-    if isinstance(x, IRNode):
-        return torch.empty(x.size, dtype=x.dtype, device="meta")
+    if isinstance(x, IRNode):   # promotion depends on dims only, not on their sizes
+        return torch.empty([s if isinstance(s, int) else 2 for s in x.size], dtype=x.dtype, device="meta")
+    if isinstance(x, sympy.Expr):
+        return 2
     return x
 
 
@@ -70,12 +72,14 @@ def operand(x, size, dtype) -> Callable:
     if isinstance(x, IRNode):
         load, reindex = x.make_loader(), ir.broadcast_reindex(x.size, size)
         return lambda ops, index: ops.to_dtype(load(ops, reindex(index)), dtype)
+    if isinstance(x, sympy.Expr) and not x.is_number:   # a symbolic scalar (a size): a kernel argument
+        return lambda ops, index: ops.index_expr(x, dtype)
     return lambda ops, index: ops.constant(x, dtype)
 
 
 def _out(node):
     val = node.meta["val"]
-    return tuple(int(s) for s in val.shape), val.dtype
+    return tuple(ir.as_size(s) for s in val.shape), val.dtype
 
 
 def _compute_dtype(args, kind):

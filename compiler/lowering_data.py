@@ -98,13 +98,15 @@ def _pad_wraps(g, node, x, before, padded) -> tuple:
     if not padded or not isinstance(val, torch.Tensor) or any(x.size[d] == 0 for d in padded):
         return None, None
     stride = g._output_stride(node) or ir.contiguous_strides(val.shape)
-    dims = [d for d in range(val.dim()) if val.shape[d] != 1]
+    dims = [d for d in range(val.dim()) if not ir.same(ir.as_size(val.shape[d]), 1)]
     if not dims:
         return None, None
-    innermost = min(dims, key=lambda d: (stride[d], -d))
+    innermost = min(dims, key=lambda d: (ir.hint(ir.as_size(stride[d])), -d))
     if g.planned and node.users and all(u.target is aten.clone.default and u.kwargs.get("memory_format") is
                                         torch.channels_last for u in node.users):
         innermost = 1   # read only by layout.py's conversion to channels_last: looped channels innermost
+    if not all(ir.is_static(x.size[d]) for d in padded if d != innermost):
+        return None, None   # the wrapped index needs the size's value (masked reads instead)
     return innermost, {d: -(-max(before[d], 0) // int(x.size[d])) * int(x.size[d]) - before[d]
                        for d in padded if d != innermost}
 

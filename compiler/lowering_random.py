@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from . import ir
 from .ir import ExternBuffer, ExternKernel, FixedLayout
 from .lowering_common import _out, operand, register_lowering
 
@@ -34,7 +35,7 @@ def _linear(index, size):
     """The element's row-major linear index in `size` (a sympy expression)."""
     linear = 0
     for i, s in zip(index, size):
-        linear = linear * int(s) + i
+        linear = linear * ir.as_size(s) + i
     return linear
 
 
@@ -69,7 +70,7 @@ def random_values(g, node, size, kind, dtype):
     in `dtype` (float32/float64), from a new stream of the graph's seed."""
     seed, stream = _seed(g, node)
     load_seed = seed.make_loader()
-    size = tuple(int(s) for s in size)
+    size = tuple(ir.as_size(s) for s in size)
 
     def fn(ops, index):
         offset = ops.index_expr(_linear(index, size), torch.int64)
@@ -122,7 +123,7 @@ def lower_native_dropout(g, node, x, p, train):
     _check(g, out_val.dtype)
     if not train or p <= 0 or p >= 1:
         raise NotImplementedError("dropout that is not a random mask (eval, p = 0 or p = 1)")
-    size, out_dtype = tuple(int(s) for s in out_val.shape), out_val.dtype
+    size, out_dtype = tuple(ir.as_size(s) for s in out_val.shape), out_val.dtype
     u = random_values(g, node, size, "rand", out_dtype)
 
     def keep(ops, index):

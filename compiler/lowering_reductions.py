@@ -167,7 +167,7 @@ def lower_masked_index_put_accumulate(g, node, x, mask, indices, values):
     masked = g.realize(g.pointwise(node, size, dtype, accumulated, (mask, values)))
     clamped = []
     for d, ix in enumerate(indices):
-        il, n = ix.make_loader(), int(x.size[d])
+        il, n = ix.make_loader(), ir.as_size(x.size[d])
         # aten's op clamps indices into range (masked-off rows may hold any index)
         clamped.append(g.realize(g.pointwise(node, ix.size, torch.int64, lambda ops, i, il=il, n=n: ops.minimum(
             ops.maximum(ops.to_dtype(il(ops, i), torch.int64), ops.constant(-n, torch.int64)),
@@ -255,10 +255,10 @@ def lower_scatter_one_hot(g, node, x, dim, index, value):
     size, dtype = _out(node)
     nd = len(size)
     dim = dim % nd if nd else 0
-    if (not nd or len(index.size) != nd or int(index.size[dim]) != 1 or index.dtype != torch.int64
-            or any(int(index.size[d]) != int(size[d]) for d in range(nd) if d != dim)):
+    if (not nd or len(index.size) != nd or not ir.same(index.size[dim], 1) or index.dtype != torch.int64
+            or any(not ir.same(index.size[d], size[d]) for d in range(nd) if d != dim)):
         raise NotImplementedError("scatter.value with several indices per row")
-    n, il = int(size[dim]), index.make_loader()
+    n, il = ir.as_size(size[dim]), index.make_loader()
 
     def checked(ops, i):
         raw = il(ops, i)

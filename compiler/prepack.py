@@ -30,11 +30,14 @@ from typing import Optional
 
 import torch
 
-from .ir import InputBuffer, ReinterpretView
+from .ir import InputBuffer, ReinterpretView, is_static
 
 aten = torch.ops.aten
 MIN_ROWS = 8          # packed vs plain sgemm, [768, 768] weight: 0.04 vs 0.03 ms at 1-2 rows, 0.06 vs 0.07 at 8
 MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to measure
+# A packed weight serves one row count (PackedWeights repacks when it changes): a symbolic row
+# count (a graph compiled once for every sequence length) would repack at every new length, so
+# such linears stay plain addmm/mm.
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:
@@ -56,7 +59,8 @@ def _linear(a_at, b_at, bias_at):
         if any(kernel.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(args) > 3:
             return None
         weight = _transposed_input(b)
-        if weight is None or a.dtype != torch.float32 or len(a.size) != 2 or a.size[0] < MIN_ROWS:
+        if weight is None or a.dtype != torch.float32 or len(a.size) != 2 or not is_static(a.size[0]) \
+                or a.size[0] < MIN_ROWS:
             return None
         n, k = weight.size
         if n * k < MIN_WEIGHT or not _vector(bias, n):
@@ -72,7 +76,8 @@ def _conv(kernel):
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = kernel.args
     if transposed or any(output_padding) or not isinstance(w, InputBuffer) or len(w.size) != 4:
         return None
-    if w.dtype != torch.float32 or x.dtype != torch.float32 or len(x.size) != 4 or not _nhwc(x):
+    if w.dtype != torch.float32 or x.dtype != torch.float32 or len(x.size) != 4 or not _nhwc(x) \
+            or not all(is_static(s) for s in x.size):   # reordered per input shape, as linears per row count
         return None
     if not _dense(w) or not _vector(bias, w.size[0]):
         return None

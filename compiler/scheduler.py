@@ -77,9 +77,9 @@ def _canonical_index(sizes, prefix, order=None):
     variables in that order, so the loop nest walks the buffer in memory order."""
     index, loop, k = [sympy.Integer(0)] * len(sizes), [], 0
     for d in (order if order is not None else range(len(sizes))):
-        if int(sizes[d]) != 1:
+        if not ir.same(sizes[d], 1):
             index[d] = ir.index_var(prefix, k)
-            loop.append(int(sizes[d]))
+            loop.append(ir.as_size(sizes[d]))
             k += 1
     return index, tuple(loop)
 
@@ -87,14 +87,14 @@ def _canonical_index(sizes, prefix, order=None):
 def _split_index(sizes, outer_dims):
     index, outer, inner = [], [], []
     for s in sizes:
-        if int(s) == 1:
+        if ir.same(s, 1):
             index.append(sympy.Integer(0))
         elif len(outer) < outer_dims:
             index.append(ir.index_var("x", len(outer)))
-            outer.append(int(s))
+            outer.append(ir.as_size(s))
         else:
             index.append(ir.index_var("r", len(inner)))
-            inner.append(int(s))
+            inner.append(ir.as_size(s))
     return index, tuple(outer), tuple(inner)
 
 
@@ -319,6 +319,8 @@ def _column_part(group, node, config):
     data = node.buffer.data
     if len(node.ranges) != 1 or len(group.ranges) != 1 or group.ranges != node.rranges:
         return None
+    if not (ir.is_static(node.ranges[0]) and ir.is_static(group.ranges[0])):   # stack accumulator arrays
+        return None
     if data.reduction_type not in COLUMN_REDUCTIONS or data.src_dtype == torch.bool or node.read_names() & set(group.writes):
         return None
     parts = [group.columns] if group.columns is not None else [
@@ -440,9 +442,10 @@ class Lane:
 
     @property
     def end(self):
-        if self.size % self.chunk == 0:
+        if isinstance(self.size, int) and self.size % self.chunk == 0:
             return f"{self.base} + {self.chunk}"
-        return f"({self.base} + {self.chunk} < {self.size} ? {self.base} + {self.chunk} : {self.size})"
+        size = ir.csize(self.size)
+        return f"({self.base} + {self.chunk} < {size} ? {self.base} + {self.chunk} : {size})"
 
 
 def plan_lanes(group: KernelGroup, config):
@@ -453,7 +456,8 @@ def plan_lanes(group: KernelGroup, config):
     wins, rows on a tie. A chunk keeps the strided reads' cache lines in use across the
     reduction steps; the row order streams every strided input once per kept element."""
     ranges, nodes = group.ranges, group.nodes
-    if not ranges or ranges[-1] < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
+    # symbolic sizes: decided on the hints; the chunked loops bound every chunk by the size
+    if not ranges or ir.hint(ranges[-1]) < 8 or any(n.inner for n in nodes) or not any(n.is_reduction for n in nodes):
         return None
     x = ir.index_var("x", len(ranges) - 1)
     along_rows = along_lanes = 0
@@ -468,16 +472,16 @@ def plan_lanes(group: KernelGroup, config):
                 along_lanes += 1
     if along_lanes <= along_rows:
         return None
-    size, threads = ranges[-1], kernel_threads(config)
+    size, threads = ir.hint(ranges[-1]), kernel_threads(config)
     chunk = min(size, MAX_CHUNK)
-    if size >= 2 * LANE_QUANTUM and math.prod(ranges[:-1]) < threads:
+    if size >= 2 * LANE_QUANTUM and math.prod(map(ir.hint, ranges[:-1])) < threads:
         # split the kept dim between the threads, in runs of at least MIN_CHUNK elements where it
         # has that many (else one chunk of 96 channels would run the whole kernel on one thread)
         least = MIN_CHUNK if size > MIN_CHUNK else LANE_QUANTUM
         per_thread = -(-size // threads)
         chunk = min(MAX_CHUNK, max(least, -(-per_thread // LANE_QUANTUM) * LANE_QUANTUM), size)
     log.info("%s: outer reduction: chunks of %d along x%d, reduction loops outside", group.writes, chunk, len(ranges) - 1)
-    return Lane(f"x{len(ranges) - 1}", size, chunk)
+    return Lane(f"x{len(ranges) - 1}", ranges[-1], chunk)
 
 
 def eliminate_dead(operations, graph_outputs):
@@ -534,6 +538,8 @@ def _mark_locals(items, graph_outputs):
 
 
 def _scratch_bytes(node) -> int:
+    if not all(ir.is_static(r) for r in node.rranges):   # a stack array needs a size known here
+        return SCRATCH_BYTES + 1
     return math.prod(node.rranges) * node.buffer.dtype.itemsize
 
 

@@ -175,3 +175,30 @@ def check_all(table: Table = ENTRIES) -> list:
         except TorchCompatError as e:
             problems.append(str(e))
     return problems
+
+
+# ---- symbolic sizes (ShapeEnv) ------------------------------------------------------------
+# compile_aten's symbolic path reads these three things of a fake SymInt's node and its
+# ShapeEnv; ir.ShapeSymbols is given them as callables (ir imports nothing of compiler/).
+
+def sym_expr(s):
+    """The sympy expression of a torch.SymInt (over the ShapeEnv's symbols)."""
+    return s.node.expr
+
+
+def shape_env_of(values):
+    """The ShapeEnv behind the first SymInt in `values` (tensors' sizes/strides, scalars), else None."""
+    import torch
+    for v in values:
+        sizes = (*v.shape, *v.stride()) if isinstance(v, torch.Tensor) else (v,)
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                return s.node.shape_env
+    return None
+
+
+def shape_env_functions(env):
+    """(replace, hint) for `env`: replace(expr) applies its replacements (sizes the guards
+    found equal), hint(symbol) is the example value or None (unbacked)."""
+    values = getattr(env, "backed_var_to_val", None)   # torch >= 2.13's name
+    return env.replace, (values if values is not None else env.var_to_val).get

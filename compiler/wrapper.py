@@ -21,27 +21,30 @@ import time
 from sys import getrefcount
 from weakref import getweakrefcount
 
+import sympy
 import torch
 
 from . import build, prepack, torch_compat
 from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (op_table: output_code.py imports it here)
 from .config import current
 from .errors import KernelRuntimeError
-from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, format_body, index_var
+from . import ir
+from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, index_var
 from .lowering import LOWERINGS
 from .scheduler import ExternNode, KernelGroup
 
 # ---- runtime helpers (imported by output_code.py) ----------------------------------------
 
 
-def load_kernels(sources: dict, nargs: dict, config=None) -> dict:
-    """{kernel name: ctypes function} built from `sources` under `config`."""
+def load_kernels(sources: dict, nargs: dict, config=None, size_args=None) -> dict:
+    """{kernel name: ctypes function} built from `sources` under `config`: `nargs[name]` data
+    pointers, then `size_args[name]` int64 size symbols (graphs with symbolic shapes)."""
     config = config or current()
     libs = build.build_kernels({n: f'#include "{build.PRELUDE_NAME}"\n' + s for n, s in sources.items()}, config)
     kernels = {}
     for name, path in libs.items():
         fn = build.load_kernel(path, name)
-        fn.argtypes = [ctypes.c_void_p] * nargs[name]
+        fn.argtypes = [ctypes.c_void_p] * nargs[name] + [ctypes.c_int64] * (size_args or {}).get(name, 0)
         fn.restype = ctypes.c_int
         kernels[name] = fn
     return kernels
@@ -165,11 +168,30 @@ def main(graph: str, call, inputs: list, constants: dict, repeat: int = 100) -> 
 
 # ---- rendering -----------------------------------------------------------------------------
 
+def pysize(e) -> str:
+    """Python source of a size: an int, or a sympy expression over the size symbols ks<i> (which
+    output_code.py's call() reads from its inputs)."""
+    if isinstance(e, int):
+        return str(e)
+    try:
+        return ir.render_int(e, "//")
+    except NotImplementedError:
+        raise SymbolicUnsupported(f"size expression {e} in the wrapper") from None
+
+
+def pysizes(seq) -> str:
+    """A tuple of sizes as Python source (the repr of a tuple when all are ints)."""
+    items = [pysize(s) for s in seq]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def pyexpr(x) -> str:
     """Python source for an extern call argument or a graph output."""
     if isinstance(x, ReinterpretView):
         lay = x.layout
-        return f"_as_strided({x.buffer.name}, {tuple(lay.size)}, {tuple(lay.stride)}, {lay.offset})"
+        return f"_as_strided({x.buffer.name}, {pysizes(lay.size)}, {pysizes(lay.stride)}, {pysize(lay.offset)})"
+    if isinstance(x, sympy.Expr):
+        return pysize(x)
     if isinstance(x, Buffer):
         return x.name
     if isinstance(x, (list, tuple)):
@@ -205,6 +227,11 @@ class WrapperCodegen:
         self.items, self.plan, self.kernels, self.config = items, plan, kernels, config
         self.graph_number = graph_number
         self.lines = []
+        self.sizes = ir.current_shapes()   # ShapeSymbols of a symbolic compilation, else None
+        if self.sizes is not None:
+            missing = sorted(str(s) for s in self.sizes.hints if s not in self.sizes.sources)
+            if missing:
+                raise SymbolicUnsupported(f"size symbol(s) {missing} are no input's size, stride or scalar")
 
     def line(self, text, depth=2):
         self.lines.append("    " * depth + text)
@@ -229,9 +256,11 @@ class WrapperCodegen:
         for k in self.kernels:
             head.append(f"    {k.name!r}: r'''\n{k.source}''',")
         head += ["}", "NARGS = {" + ", ".join(f"{k.name!r}: {len(k.args)}" for k in self.kernels) + "}",
+                 "SIZE_ARGS = {" + ", ".join(f"{k.name!r}: {len(k.size_args)}" for k in self.kernels
+                                             if k.size_args) + "}",
                  "STATUS = {" + ", ".join(f"{k.name!r}: {k.status_nodes!r}" for k in self.kernels) + "}",
                  "INPUTS = [" + ", ".join(self._input_spec(p) for p in self.placeholders) + "]",
-                 "", "", "def load(config=None):", "    return load_kernels(KERNELS, NARGS, config)", "", "",
+                 "", "", "def load(config=None):", "    return load_kernels(KERNELS, NARGS, config, SIZE_ARGS)", "", "",
                  "def make_call(kernels, constants=None):"]
         tail = ["", "", 'if __name__ == "__main__":',
                 "    _consts = {" + ", ".join(f"{b.name!r}: torch.randn({tuple(b.size)}).to({b.dtype})"
@@ -257,6 +286,10 @@ class WrapperCodegen:
         if params:
             self.line(f"{', '.join(params)}{',' if len(params) == 1 else ''} = args")
         self.line("args.clear()")
+        for sym, (name, kind, dim) in sorted(self.sizes.sources.items(), key=lambda kv: str(kv[0])) \
+                if self.sizes else ():   # the size symbols of this call (ir.ShapeSymbols)
+            self.line(f"{sym} = " + {"size": f"{name}.size({dim})", "stride": f"{name}.stride({dim})",
+                                     "scalar": f"int({name})"}[kind])
         for b in self.graph_inputs:
             if not hasattr(b, "constant"):
                 self._restride(b)
@@ -284,10 +317,10 @@ class WrapperCodegen:
         the base's offset) and written out only over buffers this graph allocated (offset 0)."""
         if isinstance(x, ReinterpretView):
             lay, base = x.layout, x.buffer.name
-            if lay.offset == 0:
-                return f"torch.as_strided({base}, {tuple(lay.size)}, {tuple(lay.stride)})"
+            if ir.same(lay.offset, 0):
+                return f"torch.as_strided({base}, {pysizes(lay.size)}, {pysizes(lay.stride)})"
             if base in self.allocated:
-                return f"torch.as_strided({base}, {tuple(lay.size)}, {tuple(lay.stride)}, {lay.offset})"
+                return f"torch.as_strided({base}, {pysizes(lay.size)}, {pysizes(lay.stride)}, {pysize(lay.offset)})"
             return pyexpr(x)
         if isinstance(x, (list, tuple)) and not isinstance(x, IRNode):
             inner = ", ".join(self._expr(v) for v in x)
@@ -297,8 +330,10 @@ class WrapperCodegen:
     def _input_spec(self, name):
         buf = self.buffers.get(name)
         if buf is None:
-            return repr(self.scalars[name])
-        return f"({tuple(buf.size)}, {tuple(buf.layout.stride)}, {buf.dtype})"
+            value = self.scalars[name]
+            return repr(ir.hint(ir.as_size(value)) if isinstance(value, torch.SymInt) else value)
+        size, stride = (tuple(map(ir.hint, seq)) for seq in (buf.size, buf.layout.stride))   # examples' sizes
+        return f"({size}, {stride}, {buf.dtype})"
 
     def _plan_pool(self):
         """BufferPool slots for large outputs and intermediates; aten results that get one are
@@ -311,13 +346,14 @@ class WrapperCodegen:
                 self.out_variants[item.kernel.name] = out
                 here = here + [(item.kernel.name, None)]
             allocs.append(here)
+        # a slot's bytes are fixed at compile time: graphs with symbolic sizes allocate fresh
         self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers) \
-            if self.config.reuse_outputs else ({}, [])
+            if self.config.reuse_outputs and not self.sizes else ({}, [])
         if self.pool_slots:
             self.line(f"_pool = _BufferPool({pool_bytes})", 1)
 
     def _restride(self, b):
-        stride = tuple(b.layout.stride)
+        stride = pysizes(b.layout.stride)
         if 0 in b.layout.size:   # an effect token may be no tensor at run time
             self.line(f"{b.name} = _restride({b.name}, {stride})")
         else:   # the exact-stride test keeps the usual case to one comparison
@@ -331,13 +367,13 @@ class WrapperCodegen:
         if reuse is not None:
             self.line(f"{name} = {reuse}; del {reuse}  # reuse")
         elif name in self.pool_slots:
-            self.line(f"{name} = _pool.empty_strided({tuple(lay.size)}, {tuple(lay.stride)}, dtype={lay.dtype}, "
+            self.line(f"{name} = _pool.empty_strided({pysizes(lay.size)}, {pysizes(lay.stride)}, dtype={lay.dtype}, "
                       f"slot={self.pool_slots[name]})")
         else:
-            self.line(f"{name} = empty_strided({tuple(lay.size)}, {tuple(lay.stride)}, dtype={lay.dtype})")
+            self.line(f"{name} = empty_strided({pysizes(lay.size)}, {pysizes(lay.stride)}, dtype={lay.dtype})")
 
     def _kernel_call(self, k):
-        args = ", ".join(f"{b}.data_ptr()" for b in k.args)
+        args = ", ".join([f"{b}.data_ptr()" for b in k.args] + list(k.size_args))
         call = f"_status = _k_{k.name}({args})"
         fail = f"if _status: _kernel_failed(_status, {k.name!r}, STATUS, KERNELS)"
         if self.config.enable_kernel_profile:
@@ -518,8 +554,10 @@ def write_graph_files(trace, gm, example_inputs) -> None:
     """fx_graph_readable.py, fx_graph_runnable.py (standalone) and fx_graph_transformed.py."""
     trace.write("fx_graph_readable.py", gm.print_readable(print_output=False))
     consts = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
-    specs = [(tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else x
-             for x in example_inputs]
+    def value(v):   # a symbolic size: the example's (its hint; int() would add a guard)
+        return ir.hint(ir.as_size(v)) if isinstance(v, torch.SymInt) else v
+    specs = [(tuple(map(value, x.shape)), tuple(map(value, x.stride())), x.dtype) if isinstance(x, torch.Tensor)
+             else value(x) for x in example_inputs]
     body = "\n".join("    " + line for line in gm.code.strip("\n").splitlines())
     init = "\n".join(f"        self.register_buffer({c!r}, torch.randn({tuple(getattr(gm, c).shape)}).to({getattr(gm, c).dtype}))"
                      for c in consts) or "        pass"

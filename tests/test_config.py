@@ -16,7 +16,7 @@ def test_every_env_row_reaches_its_field():
               "TDBG_MIN_CHUNK_SIZE": "7", "TDBG_FUSION": "0", "TDBG_PARALLEL": "off", "TDBG_VECTORIZE": "no",
               "TDBG_DECOMPOSE": "false", "TDBG_LAYOUT_OPTIMIZATION": "0", "TDBG_PACK_WEIGHTS": "off", "TDBG_FALLBACK_RANDOM": "1", "TDBG_FALLBACK_OPS": "neg,aten.add.Tensor",
               "TDBG_MAX_LOWERED_OPS": "4", "TDBG_MAX_FUSIONS": "2", "TDBG_KERNEL_PROFILE": "1", "TDBG_REUSE_OUTPUTS": "0",
-              "TDBG_INJECT_BUG": "neg:crash", "TDBG_REPORT": "/r.jsonl"}
+              "TDBG_INJECT_BUG": "neg:crash", "TDBG_REPORT": "/r.jsonl", "TDBG_DYNAMIC": "specialize"}
     assert set(values) == set(C._ENV)  # the test covers the whole table
     cfg = C.from_env(values)
     assert (cfg.debug, cfg.debug_dir, cfg.cache_dir, cfg.cxx) == (True, "d", "/c", "clang++")
@@ -27,6 +27,7 @@ def test_every_env_row_reaches_its_field():
     assert cfg.fallback_ops == frozenset({"neg", "aten.add.Tensor"})
     assert (cfg.max_lowered_ops, cfg.max_fusions) == (4, 2)
     assert cfg.inject_bug == ("neg", "crash") and cfg.report_path == "/r.jsonl"
+    assert cfg.dynamic == "specialize"
 
 
 def test_logs_spec_splits_verbose_channels():

@@ -1,6 +1,7 @@
 """TORCH_TRACE + tlparse: a tdbg compile lands in PyTorch's structured trace under the names
 tlparse knows (post-grad graph, output code, provenance node mappings) plus tdbg's loop IR,
 line-level provenance and stage times, and tlparse 0.4.3 lists them in its index."""
+import html
 import json
 import os
 import re
@@ -36,7 +37,13 @@ except Exception as e:
 def h(x):
     return torch.sigmoid(x) + 1
 
-print(tuple(torch.compile(h, backend="tdbg", dynamic=True)(torch.randn(5)).shape))
+per_signature = make_backend(current().replace(dynamic="specialize"))
+print(tuple(torch.compile(h, backend=per_signature, dynamic=True)(torch.randn(5)).shape))
+
+def k(x):
+    return torch.cos(x) * 3
+
+print(tuple(torch.compile(k, backend="tdbg", dynamic=True)(torch.randn(6)).shape))
 """
 
 
@@ -49,7 +56,7 @@ def parsed(tmp_path_factory):
     proc = subprocess.run([sys.executable, "script.py"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["(4,)", "BackendCompilerFailed", "(5,)"]
+    assert proc.stdout.split() == ["(4,)", "BackendCompilerFailed", "(5,)", "(6,)"]
     (log,) = os.listdir(root / "trace")
     out = root / "out"
     # --strict: every line of the trace must be one tlparse recognizes
@@ -114,8 +121,15 @@ def test_a_compile_that_fails_still_lists_its_output_code(parsed):
     assert (times["graph"], times["failed_stage"]) == ("g__1_inference_0", "build")
 
 
+def test_a_symbolic_compile_is_listed_under_its_dynamo_compile(parsed):
+    # k has symbolic shapes: compiled once, at Dynamo's compile 3/0, its kernel taking the size
+    page = artifact(parsed, "inductor_output_code_tdbg_k__3_inference_0", "-_3_0_0").read_text()
+    code = html.unescape(re.sub(r"<[^>]+>", "", page))   # the page highlights the code
+    assert re.search(r"int cpp_fused_cos_mul_0\(const float\* in_ptr0, float\* out_ptr0, int64_t ks0\)", code)
+
+
 def test_a_call_time_compile_is_listed_under_its_dynamo_compile(parsed):
-    # h has symbolic shapes: tdbg compiles it per signature when it is first called, after
+    # h has symbolic shapes and dynamic="specialize": tdbg compiles it per signature when it is first called, after
     # Dynamo's compile 2/0 ended; its files still belong to 2/0
     code = artifact(parsed, "inductor_output_code_tdbg_h__2_inference_0_s0", "-_2_0_0").read_text()
     assert "cpp_fused_add_sigmoid_0" in code
