@@ -53,6 +53,8 @@ SUBSYSTEMS = (
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),
     ("vectorization", {"vectorize": False}, "SIMD vectorized loops"),
     ("random", {"fallback_random": True}, "tdbg's own random numbers (fallback_random=True uses aten's)"),
+    ("symbolic shapes", {"dynamic": "specialize"},
+     "kernels generic in symbolic sizes (dynamic='specialize' compiles one static copy per call signature)"),
 )
 # name, Config field bounding the count, report-line key, subsystem it belongs to (None: always)
 COUNTED = (

@@ -268,3 +268,11 @@ def test_decomposition_debug_info_reads_as_the_op():
     # what torch 2.13's bisector records for the decomposition subsystem (repr of the OpOverload)
     assert B._readable("<OpOverload(op='aten.add', overload='Tensor')>") == "aten.add.Tensor"
     assert B._readable("amin") == "amin" and B._readable(None) is None
+
+
+def test_each_subsystem_row_switches_a_real_config_field_away_from_its_default():
+    from tdbg.compiler.config import Config
+    default = Config()
+    for name, change, _ in B.SUBSYSTEMS:
+        switched = default.replace(**change)   # raises on an unknown field or value
+        assert all(getattr(switched, k) != getattr(default, k) for k in change), name
