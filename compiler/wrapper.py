@@ -29,7 +29,7 @@ from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (o
 from .config import current
 from .errors import KernelRuntimeError
 from . import ir
-from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, index_var
+from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, hint, index_var
 from .lowering import LOWERINGS
 from .scheduler import ExternNode, KernelGroup
 
@@ -89,19 +89,23 @@ class BufferPool:
     (`t.untyped_storage()` hands out that same object), no weak reference to it exists, and its
     data pointer is the one it was allocated with (not moved to shared memory, not resized).
     Otherwise it allocates a fresh storage and keeps it, dropping the oldest of POOL_DEPTH. The
-    returned tensor is always a new, non-view tensor object at version 0."""
+    returned tensor is always a new, non-view tensor object at version 0.
 
-    def __init__(self, nbytes: list):
-        self._nbytes = nbytes
+    With `exact=False` (a graph with symbolic sizes: `nbytes` are the example's, not a bound) a
+    kept storage is reused only when it holds the requested size; a larger request allocates."""
+
+    def __init__(self, nbytes: list, exact: bool = True):
+        self._nbytes, self._exact = nbytes, exact
         self._slots = [[] for _ in nbytes]   # per slot: (storage, data_ptr), oldest first
         self._empty = {}                     # dtype -> bound `new` of an empty tensor
 
     def empty_strided(self, size, stride, dtype, slot):
         entries = self._slots[slot]
+        need = 0 if self._exact else _extent(size, stride) * dtype.itemsize
         for storage, ptr in entries:
             # 3 references while unobservable: the entry tuple, the loop variable, the argument
             if (getrefcount(storage) == 3 and _storage_use_count(storage._cdata) == 1
-                    and not getweakrefcount(storage) and storage.data_ptr() == ptr):
+                    and not getweakrefcount(storage) and storage.data_ptr() == ptr and storage.nbytes() >= need):
                 return self._on(storage, size, stride, dtype)
         out = torch.empty_strided(size, stride, dtype=dtype)
         storage = out.untyped_storage()
@@ -127,6 +131,13 @@ class BufferPool:
 
     def __len__(self):
         return sum(len(entries) for entries in self._slots)
+
+
+def _extent(size, stride) -> int:
+    """Elements a tensor of `size` and `stride` spans from its first (0 for an empty one)."""
+    if 0 in size:
+        return 0
+    return 1 + sum((sz - 1) * st for sz, st in zip(size, stride))
 
 
 def as_strided(t: torch.Tensor, size, stride, offset) -> torch.Tensor:
@@ -346,11 +357,11 @@ class WrapperCodegen:
                 self.out_variants[item.kernel.name] = out
                 here = here + [(item.kernel.name, None)]
             allocs.append(here)
-        # a slot's bytes are fixed at compile time: graphs with symbolic sizes allocate fresh
+        # symbolic sizes: slots planned on the example's bytes, each reuse checked against the call's
         self.pool_slots, pool_bytes = pool_slots(allocs, self.plan, self.graph_outputs, self.buffers) \
-            if self.config.reuse_outputs and not self.sizes else ({}, [])
+            if self.config.reuse_outputs else ({}, [])
         if self.pool_slots:
-            self.line(f"_pool = _BufferPool({pool_bytes})", 1)
+            self.line(f"_pool = _BufferPool({pool_bytes}{', exact=False' if self.sizes else ''})", 1)
 
     def _restride(self, b):
         stride = pysizes(b.layout.stride)
@@ -456,9 +467,9 @@ def pool_slots(allocs, plan, graph_outputs, buffers) -> tuple:
         for name, reuse in here:
             root[name] = root.get(reuse, reuse) if reuse is not None else name
 
-    def nbytes(name):
+    def nbytes(name):   # the example's bytes: symbolic sizes plan on their hints (BufferPool exact=False)
         lay = buffers[name].layout
-        return lay.storage_numel() * lay.dtype.itemsize
+        return hint(lay.storage_numel()) * lay.dtype.itemsize
 
     slots, sizes = {}, []
     for out in graph_outputs:

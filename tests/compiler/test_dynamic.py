@@ -263,3 +263,41 @@ def test_linears_with_symbolic_rows_run_unpacked():
         symbolic = assert_one_symbolic(run_dynamic(fn, lambda n: (torch.randn(n, 128),), sizes=(9, 17, 64)))
     assert "_packed.linear" in static.source_code
     assert "_packed" not in symbolic.source_code and "aten.addmm" in symbolic.source_code
+
+
+def test_a_symbolic_graph_recycles_its_large_buffers_and_grows_them_for_a_larger_call():
+    """The buffer pool plans on the example's bytes and checks each reuse against the call's: a
+    larger call allocates (never writes past a kept storage), a smaller one reuses, and results
+    the caller still holds are never overwritten."""
+    def fn(x):
+        h = torch.tanh(x) * 2
+        return torch.softmax(h, -1) + 1, h * h
+    torch._dynamo.reset()
+    _counters().clear()
+    graphs = []
+
+    def inner(gm, inputs, config, **kw):
+        graphs.append(compile_aten(gm, inputs, config, **kw))
+        return graphs[-1]
+    compiled = torch.compile(fn, backend=make_backend(current(), inner), dynamic=True)
+    kept = []
+    for n in (400, 2000, 64):    # results dropped: each call may reuse the last one's storages
+        x = torch.randn(n, 768)
+        assert_matches(compiled(x), fn, (x,))
+        kept.append(len(graphs[-1]._call.pool))
+    # 2000 rows do not fit the example's storages: new ones beside them (not those grown in place
+    # by set_, which changes their pointers); 64 rows reuse one
+    assert kept[1] == 2 * kept[0] and kept[2] == kept[1] and kept[0] >= 1
+    held = []
+    for n in (400, 600, 64, 2000, 64, 600):   # results held: never written over
+        x = torch.randn(n, 768)
+        out = compiled(x)
+        assert_matches(out, fn, (x,))
+        held.append(([o.clone() for o in out], out))
+    torch._dynamo.reset()
+    g = assert_one_symbolic(graphs)
+    assert "_BufferPool(" in g.source_code and "exact=False" in g.source_code
+    for copies, out in held:              # what the caller kept is unchanged
+        for c, o in zip(copies, out):
+            assert torch.equal(c, o)
+    assert len(g._call.pool) >= 1
