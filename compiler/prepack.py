@@ -21,7 +21,9 @@ inputs and packs at run time:
   are the one thing it cannot see, as autograd's own version checks cannot;
   `pack_weights=False` (TDBG_PACK_WEIGHTS=0, `tdbg bisect`'s `prepack` row) turns it off.
 
-The packed copies live as long as the compiled graph: about one more copy of every packed weight.
+The packed copies live as long as the compiled graph: about one more copy of every packed weight,
+plus MKL's fixed ~7.5 MiB each; a linear whose packed copy would exceed MAX_PACKED_RATIO times its
+weight is decided at its first call to run plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ from .ir import InputBuffer, ReinterpretView, is_static
 aten = torch.ops.aten
 MIN_ROWS = 8          # packed vs plain sgemm, [768, 768] weight: 0.04 vs 0.03 ms at 1-2 rows, 0.06 vs 0.07 at 8
 MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to measure
+# MKL's packed buffer carries about 7.5 MiB besides the weight (MKL 2.13's wheel: [64, 64] -> 7.56 MiB,
+# [768, 768] 2.25 -> 11.06 MiB, [3072, 768] 9 -> 20.06 MiB): a linear whose packed copy would be larger
+# than this many times its weight runs plain (tdbg memory: a 1 MiB BERT's compiled peak was 94 MiB).
+MAX_PACKED_RATIO = 2.5
+_PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
 # A packed weight serves one row count (PackedWeights repacks when it changes): a symbolic row
 # count (a graph compiled once for every sequence length) would repack at every new length, so
 # such linears stay plain addmm/mm.
@@ -135,13 +142,20 @@ class PackedWeights:
         self.slots = {}
 
     def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]):
-        """x @ w.t() + bias, with `w` packed for x's row count (repacked when `w` changed)."""
+        """x @ w.t() + bias, with `w` packed for x's row count (repacked when `w` changed); plain
+        addmm/mm (the graph's own op) when the packed copy would exceed MAX_PACKED_RATIO."""
         rows = x.shape[0]
         held = self.slots.get(slot)
         if held is None or held[0]() is not w or held[1] != (w.data_ptr(), w._version, rows):
-            packed = torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
+            shape = (*w.shape, rows)
+            packed = None if shape in _PLAIN else torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
+            if packed is not None and packed.numel() * packed.element_size() > MAX_PACKED_RATIO * w.nbytes:
+                packed = None   # dropped now; the shape is remembered, so it is packed once per process
+                _PLAIN.add(shape)
             held = (weakref.ref(w), (w.data_ptr(), w._version, rows), packed)
             self.slots[slot] = held
+        if held[2] is None:
+            return torch.mm(x, w.t()) if bias is None else torch.addmm(bias, x, w.t())
         return torch.ops.mkl._mkl_linear(x, held[2], w, bias, rows)
 
     def conv(self, slot: int, x, w, bias, padding, stride, dilation, groups):

@@ -141,3 +141,25 @@ def test_inference_mode_and_no_grad_share_the_packed_weights():
         torch.testing.assert_close(f(x), m(x))
     with torch.no_grad():
         torch.testing.assert_close(f(x), m(x))
+
+
+@pytest.mark.parametrize("n, k", [(256, 128), (2048, 1024)])
+def test_a_linear_runs_plain_when_its_packed_copy_would_be_too_large_and_the_shape_is_remembered(n, k, monkeypatch):
+    """MKL's packed buffer carries ~7.5 MiB besides the weight (a 128 KB weight packs to ~7.6 MiB):
+    beyond MAX_PACKED_RATIO times the weight, the linear runs the graph's own addmm (eager's bits),
+    and later weights of that shape are not packed to find out again."""
+    x, w, b = randn(16, k), randn(n, k, seed=1, scale=0.1), randn(n, seed=2)
+    monkeypatch.setattr(prepack, "_PLAIN", set())
+    packed_bytes = torch.ops.mkl._mkl_reorder_linear_weight(w, 16).numel() * 4
+    plain = packed_bytes > prepack.MAX_PACKED_RATIO * w.nbytes
+    pw = prepack.PackedWeights()
+    out = pw.linear(0, x, w, b)
+    assert (pw.slots[0][2] is None) == plain and ((n, k, 16) in prepack._PLAIN) == plain
+    if plain:
+        assert torch.equal(out, torch.addmm(b, x, w.t()))
+        monkeypatch.setattr(torch.ops.mkl, "_mkl_reorder_linear_weight", None)   # must not be asked again
+        assert torch.equal(prepack.PackedWeights().linear(0, x, w.clone(), b), out)
+    else:
+        torch.testing.assert_close(out, torch.addmm(b, x, w.t()))
+    if (n, k) == (256, 128) and torch.__version__.startswith("2.13"):
+        assert plain   # torch 2.13's MKL: 7.6 MiB for 128 KB (the case `tdbg memory` found on a small BERT)
