@@ -25,7 +25,7 @@ def _run_verdict(doc: dict) -> dict:
     return {"ok": v.get("status") == "ok", "stage": v.get("stage"), "source": err.get("source"),
             "graph": _graph_words(err), "fx_node": err.get("fx_node"), "kernel": err.get("kernel"),
             "message": err.get("message"), "next": doc.get("next_commands") or [],
-            "debug_dir": v.get("debug_dir")}
+            "debug_dir": v.get("debug_dir"), "symbolic_sizes": err.get("symbolic_sizes")}
 
 
 def _graph_words(err: dict):
@@ -95,7 +95,15 @@ def _compare_verdict(doc: dict) -> dict:
             "message": g.get("message") or doc.get("message"), "summary": doc.get("message")}
 
 
-VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
+def _replay_verdict(doc: dict) -> dict:
+    failed = next((g for g in doc.get("graphs") or [] if g.get("status") != "ok"), None) or {}
+    err = failed.get("error") or {}
+    return {"ok": doc.get("exit_code") == 0, "stage": failed.get("stage"), "graph": failed.get("graph"),
+            "symbolic_sizes": failed.get("symbolic_sizes"), "fx_node": err.get("fx_node"),
+            "source": err.get("source"), "message": err.get("message")}
+
+
+VERDICTS = {"tdbg.replay": _replay_verdict, "tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
             "tdbg.minify": _minify_verdict,
             "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict,
             "tdbg.memory": lambda doc: {"ok": doc.get("exit_code") == 0, "message": doc.get("error")}}
@@ -115,7 +123,8 @@ def verdict_section(ctx: dict) -> str:
     code = doc.get("exit_code")
     rows = [("stage", v.get("stage"), "v-stage"),
             ("user source line", v.get("source") or focus.get("source"), "v-source"),
-            ("graph", v.get("graph"), "v-graph"), ("FX node", v.get("fx_node"), "v-fx-node"),
+            ("graph", v.get("graph"), "v-graph"), ("symbolic sizes", v.get("symbolic_sizes"), "v-symbolic-sizes"),
+            ("FX node", v.get("fx_node"), "v-fx-node"),
             ("kernel", v.get("kernel"), "v-kernel"), ("exit code", code, "v-exit-code"),
             ("error", v.get("message"), "v-message")]
     if focus.get("fx_node") and focus.get("source") and focus["source"] != v.get("source"):
@@ -259,9 +268,17 @@ def _explain_graphs(report: dict) -> str:
                          f"<div class=\"note\">why: {h(b['reason'])}</div>")
         for r in fn.get("recompiles") or []:
             where = f" at {h(r['line'])}" if r.get("line") else ""
-            parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r['frame']))}{where}: "
+            head = "recompile" if r.get("compiled", True) else \
+                "guard failure (NOT recompiled: Dynamo's recompile limit)"
+            parts.append(f"<div class=\"bad\">{h(head)} of {h(frame_label(r['frame']))}{where}: "
                          f"{h(r['changed'])}</div>" + (f"<div class=\"note\">fix: {h(r['suggestion'])}</div>"
                                                       if r.get("suggestion") else ""))
+        limit = fn.get("recompile_limit")
+        if limit:   # Dynamo stopped compiling the frame: later calls ran eager
+            last = f"; last guard failure: {limit['reason']}" if limit.get("reason") else ""
+            parts.append(f"<div class=\"bad recompile-limit\">recompile limit: {h(limit['words'])}</div>"
+                         f"<div class=\"note\">at {h(limit.get('at') or 'no user line recorded')}{h(last)}; "
+                         f"fix: {h(limit['fix'])}</div>")
     return "".join(parts)
 
 
@@ -277,9 +294,12 @@ def caches_section(ctx: dict):
             for g in c.get("graphs") or [] for r in g["lookups"]]
     head = fields([("compared with", c.get("against")), ("first run", first and f"{first['status']}, {first['duration_s']} s"),
                    *((f"{k} cache dir", v) for k, v in (c.get("cache_dirs") or {}).items())])
+    # a cache turned off looks nothing up: without its line it would go unmentioned
+    off = "".join(f'<div class="bad cache-off">{h(r["words"])}</div>' for r in c.get("turned_off") or [])
     body = table(["graph", "frame", "cache", "state", "why", "vs"], rows, ident="caches-table") if rows else \
-        '<p class="note">no compile-cache lookup (nothing was compiled by a backend with a cache)</p>'
-    return head + body
+        '<p class="note">' + ("no other compile-cache lookup" if off else
+                              "no compile-cache lookup (nothing was compiled by a backend with a cache)") + "</p>"
+    return head + off + body
 
 
 def shapes_section(ctx: dict):
@@ -322,9 +342,10 @@ def shapes_section(ctx: dict):
                              f"</span> of compile {h(size['compile_id'])} failed; made at {h(made)}</div>"
                              f"<div class=\"note\">why: {h(size['cause'])}</div>")
         for storm in sh.get("storms") or []:
+            cut = f", cut short by {storm['cut_by']}" if storm.get("cut_by") else ""
             parts.append(f"<div class=\"bad\">recompile storm: {h(storm['source'])} never stabilized: "
                          f"{h(storm['recompiles'])} recompiles over sizes {h(', '.join(map(str, storm['sizes'])))}"
-                         f"</div><div class=\"note\">fix: {h(storm['fix'])}</div>")
+                         f"{h(cut)}</div><div class=\"note\">fix: {h(storm['fix'])}</div>")
     return "".join(parts) or None
 
 
@@ -508,7 +529,11 @@ def minify_section(ctx: dict):
     rows = table(["query", "nodes", "inputs"], steps, numeric=(0, 1, 2), ident="shrink-steps")
     stats = doc.get("stats") or {}
     code = (doc.get("minimized") or {}).get("code")
-    return (f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
+    dynamic = (doc.get("minimized") or {}).get("dynamic") or {}
+    symbolic = ("<p id=\"minified-symbolic\">compiled with symbolic sizes: " + h("; ".join(
+        f"{name}: [{', '.join(str(d) if d else 'static' for d in dims)}]" for name, dims in dynamic.items()))
+        + "</p>") if dynamic else ""
+    return (symbolic + f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
             f"{h(doc['original']['inputs'])} -&gt; {h((doc.get('minimized') or {}).get('inputs'))} inputs in "
             f"{h(stats.get('queries'))} queries</p>{chart}{rows}"
             + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
@@ -530,6 +555,19 @@ def saved_io_section(ctx: dict):
     return "".join(parts)
 
 
+def replay_section(ctx: dict):
+    """`tdbg replay`: each saved graph's verdict, with the symbolic sizes it compiled with."""
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.replay" or not doc.get("graphs"):
+        return None
+    rows = [(g.get("graph"), g.get("kind"), backend_label(g.get("backend")),
+             "OK" if g.get("status") == "ok" else f"FAILED ({g.get('stage')})", _num(g.get("max_abs_error")),
+             g.get("symbolic_sizes") or "static", (g.get("error") or {}).get("message") or "")
+            for g in doc["graphs"]]
+    return table(["graph", "kind", "backend", "verdict", "max abs error", "symbolic sizes", "error"], rows,
+                 numeric=(4,), ident="replay-graphs")
+
+
 def determinism_section(ctx: dict):
     """`run --check-determinism`: per graph, the verdict of two compiled and two eager runs, the
     values that differ between runs and the first FX node (kernel, user line) whose value differs."""
@@ -540,11 +578,12 @@ def determinism_section(ctx: dict):
     rows = []
     for g in graphs:
         d, node = g["determinism"], g["determinism"].get("first_node") or {}
-        rows.append((g["index"], g.get("frame"), d["verdict"],
+        rows.append((g["index"], g.get("frame"), ", ".join(map(str, g.get("determinism_calls") or [d.get("call")])),
+                     d["verdict"],
                      "; ".join(f"{v['path']}: {v['message']}" for v in d["compiled"]) or "same bits",
                      "; ".join(f"{v['path']}: {v['message']}" for v in d["eager"]) or "same bits",
                      node.get("node"), node.get("kernel"), node.get("source"), d.get("reason") or ""))
-    return table(["graph", "frame", "verdict", "compiled run 1 vs 2", "eager run 1 vs 2", "first differing node",
+    return table(["graph", "frame", "calls checked", "verdict", "compiled run 1 vs 2", "eager run 1 vs 2", "first differing node",
                   "kernel", "source", "reason"], rows, numeric=(0,), ident="determinism-graphs")
 
 
@@ -607,6 +646,7 @@ SECTIONS = (
     ("memory", "Memory: eager vs compiled", memory_section),
     ("minify", "Shrink history", minify_section),
     ("saved", "Saved graphs (run --save-io)", saved_io_section),
+    ("replay", "Replayed graphs", replay_section),
     ("determinism", "Determinism (run --check-determinism)", determinism_section),
     ("transcript", "Terminal output", transcript_section),
 )
