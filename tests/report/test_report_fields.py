@@ -140,3 +140,21 @@ def test_replay_page_shows_each_graphs_symbolic_sizes_and_the_failing_line():
         ["g0_dynamo_c2", "dynamo", "tdbg's compiler (inductor)", "FAILED (accuracy)", "1",
          "l_x_: float32[s77=100, 8], s77=100", "graph g0_dynamo_c2: outputs differ"]]
     assert headline("replay", printed, dict(doc, graphs=[ok])) == "OK g1_dynamo_c1 (dynamo): backend ..."
+
+
+def test_save_io_page_writes_symbolic_dims_as_symbol_and_size(tmp_path):
+    """`tdbg report` on a --save-io folder: a graph saved with symbolic sizes shows each symbolic
+    dim as symbol=size (meta.json's replay.dynamic), its int input with its symbol."""
+    import json
+    import os
+    import shutil
+
+    from conftest import DATA
+    folder = tmp_path / "sio"
+    shutil.copytree(os.path.join(DATA, "saved_io"), folder)
+    meta_path = folder / "g0_forward_c1" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.setdefault("replay", {})["dynamic"] = {"arg0_1": ["s77"], "arg1_1": ["s27"]}
+    meta_path.write_text(json.dumps(meta))
+    doc, _ = report.folder_document(str(folder))
+    assert rows(report.build(doc, command="saved_io"), "saved-graphs")[0][5] == "arg0_1: float32[s77=4]; arg1_1 = 2 (s27)"

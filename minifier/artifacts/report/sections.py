@@ -475,14 +475,22 @@ def saved_io_section(ctx: dict):
     if doc.get("schema") != "tdbg.saved_io":
         return None
     rows = [(g.get("name"), g.get("kind"), g.get("graph"), g.get("call"), g.get("nodes"),
-             "; ".join(f"{i.get('name')}: {i.get('dtype')}{list(i.get('shape') or [])}" if "shape" in i
-                       else f"{i.get('name')} = {i.get('value')!r}" for i in g["inputs"]),
+             "; ".join(_saved_input(i, (g.get("dynamic") or {}).get(i.get("name")) or ()) for i in g["inputs"]),
              g.get("compiled_error") or "") for g in doc["saved_graphs"]]
     parts = [table(["graph", "kind", "Dynamo graph", "call", "nodes", "inputs", "compile error"], rows,
                    numeric=(2, 3, 4), ident="saved-graphs")]
     parts += [f"<details><summary>{h(g.get('name'))}: graph.py</summary>{pre(g['code'])}</details>"
               for g in doc["saved_graphs"] if g.get("code")]
     return "".join(parts)
+
+
+def _saved_input(i: dict, symbols) -> str:
+    """`x: float32[s77=100, 8]` (a symbolic dim as symbol=size), `n = 100 (s77)` for an int input."""
+    if "shape" not in i:
+        return f"{i.get('name')} = {i.get('value')!r}" + (f" ({symbols[0]})" if symbols and symbols[0] else "")
+    symbols = list(symbols) + [None] * len(i.get("shape") or [])
+    dims = ", ".join(f"{sym}={d}" if sym else str(d) for d, sym in zip(i.get("shape") or [], symbols))
+    return f"{i.get('name')}: {i.get('dtype')}[{dims}]"
 
 
 def replay_section(ctx: dict):
