@@ -238,9 +238,9 @@ def _compare_one(g, directory, backend, tolerance, named=None) -> dict:
         # a graph saved with symbolic sizes compiles symbolic with --backend too (replay's spec
         # for that backend, through runtime.compile_graph); given to the backend directly it
         # would compile at the saved sizes, where a size-generic bug does not show
-        from tdbg.minifier.diagnose.replay import _spec_for
+        from tdbg.minifier.diagnose.replay import spec_for
         try:
-            chosen = Replay(dict(_spec_for(backend, g), dynamic=g.replay_spec.get("dynamic")), os.getcwd())
+            chosen = Replay(spec_for(backend, g), os.getcwd())
         except Exception as e:
             return {"name": g.name, "kind": g.kind, "verdict": "error", "stage": getattr(e, "stage", "backend"),
                     "diverged": None, "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}

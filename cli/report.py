@@ -1,4 +1,4 @@
-"""The HTML report: `--html DIR` on run, bisect, minify, explain and profile (added to each by
+"""The HTML report: `--html DIR` on the commands of HTML_COMMANDS (added to each by
 main.guarded), and `tdbg report FOLDER` on an existing debug, run or minify folder.
 
 One mechanism for every command: while it runs, the consoles record what they print and
@@ -24,12 +24,15 @@ from tdbg.cli.console import doing, err, exit_codes_help, fail
 # write them; "rerun": one run of the failing configuration after the command)
 # (compare's own compiles realize every node: not the graph the user runs, so none are traced)
 HTML_COMMANDS = {"run": "env", "bisect": "rerun", "minify": None, "explain": "env", "profile": "env", "compare": None,
-                 "memory": None}
+                 "memory": None, "replay": None}
 # command -> prefixes of the line the command prints as its verdict (the page's headline);
 # None: the first line it printed; a function: the prefixes from the command's document
 HEADLINES = {"run": ("FAILED ", "OK "), "bisect": ("Verdict: ",),
              "minify": ("Minified ", "Not reproduced: ", "Flaky: ", "error: "), "explain": None, "profile": None,
-             "compare": lambda doc: (doc.get("message") or "",), "memory": ("OVER ", "within ")}
+             "compare": lambda doc: (doc.get("message") or "",), "memory": ("OVER ", "within "),
+             # replay: the first failing graph's line, else the first OK one
+             "replay": lambda doc: ("FAILED ",) if any(g.get("status") != "ok" for g in doc.get("graphs") or [])
+             else ("OK ",)}
 DEBUG_SUBDIR = "debug"
 TRACE_ENV = ("TDBG_COMPILE_DEBUG", "TDBG_DEBUG_DIR")   # set while an "env" command runs
 _tracing = False    # an "env" command's report is running: the traces are on for the page only

@@ -22,6 +22,13 @@ full graph); a getitem of a tuple made outside is an input, the getitems of a tu
 are outputs. Nodes that draw random numbers are never computed by a test (eager's draws cannot
 be reproduced): their eager values are inputs, and the file says so.
 
+A saved graph with symbolic sizes (its placeholders carry the recorded symbols, saved_io's
+`dynamic`) gives its tests those symbols: each test input's dims are the symbolic sizes its value
+had in the symbolic graph (`node_symbols`, in the saved graph's own symbol names), written as the
+file's DYNAMIC, and the test compiles its graph with them (runtime.compile_graph, as repro.py
+does) instead of at the saved sizes. An int the kernel reads from outside it is written in as a
+constant (it specializes that symbol in the test's graph).
+
 A healthy compiler passes every test; a compiler bug in one op fails the tests of exactly the
 kernels that compute that op, whatever the other kernels do, because each test starts from
 eager's values. Graphs of kind "dynamo" (a backend with no AOT stage saved its Dynamo graph)
@@ -31,6 +38,7 @@ written, an existing tensor file is kept only when its bytes match its name.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import operator
 import os
@@ -139,8 +147,15 @@ def write_tests(graphs, out_dir: str, context: Optional[dict] = None) -> KernelT
             result.skipped.append((name, f"eager fails on it ({type(e).__name__}: {_first_line(e)})"))
             continue
         sources = dict(sources) or _sources_from_traces(gm)
+        try:
+            symbols = node_symbols(gm, inputs)
+        except Exception as e:  # noqa: BLE001 - the symbolic graph cannot be rebuilt: its tests would be static
+            result.skipped.append((name, f"its symbolic sizes cannot be rebuilt ({type(e).__name__}: "
+                                         f"{_first_line(e)}); a static test would not test the compiled graph"))
+            continue
         for kernel, nodes in kernels.items():
-            test, text = _render(gm, values, name, kind, kernel, nodes, sources, tensors, out_dir, context or {})
+            test, text = _render(gm, values, name, kind, kernel, nodes, sources, tensors, out_dir, context or {},
+                                 symbols)
             if test is None:
                 result.skipped.append((f"{name}/{kernel}", text))
                 continue
@@ -187,6 +202,41 @@ def eager_values(gm, inputs) -> dict:
     with torch.no_grad():
         Recorder(gm).run(*[x.detach() if isinstance(x, torch.Tensor) else x for x in inputs])
     return values
+
+
+def node_symbols(gm, inputs) -> dict:
+    """FX node name -> the symbols of its value's sizes (graph_io.symbolic_dims: per dim the size's
+    expression as text, or None) for a graph whose placeholders carry recorded symbols
+    (runtime.DYNAMIC_META); {} for a static graph. The graph is propagated on fakes of `inputs`
+    with those symbols (runtime.symbolic_inputs), and the new ShapeEnv's symbols are written back
+    with the recorded names, so a test's DYNAMIC uses the saved graph's symbols."""
+    import sympy
+    import torch
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from tdbg.minifier.artifacts.graph_io import symbolic_dims
+    from tdbg.repro_templates.runtime import dynamic_dims, fresh, symbolic_inputs
+    dims = dynamic_dims(gm, {})
+    if not dims:
+        return {}
+    mode, fakes, _ = symbolic_inputs(fresh(list(inputs)), dims)
+    names = {}     # this ShapeEnv's symbol -> the recorded one it stands for
+    for fake, recorded in zip(fakes, dims):
+        sizes = tuple(fake.shape) if isinstance(fake, torch.Tensor) else (fake,)
+        for size, text in zip(sizes, recorded or ()):
+            if text and text.isidentifier() and isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                names.setdefault(size.node.expr, sympy.Symbol(text, integer=True, positive=True))
+    propagated = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))     # gm's own nodes' meta stay untouched
+    with mode:
+        FakeTensorProp(propagated, mode).propagate_dont_convert_inputs(*fakes)
+    out = {}
+    for node in propagated.graph.nodes:
+        value = node.meta.get("val")
+        if symbolic_dims(value):
+            sizes = tuple(value.shape) if isinstance(value, torch.Tensor) else (value,)
+            out[node.name] = tuple(str(d.node.expr.xreplace(names)) if isinstance(d, torch.SymInt)
+                                   and d.node.expr.free_symbols else None for d in sizes)
+    return out
 
 
 def _is_view(node) -> bool:
@@ -270,8 +320,8 @@ def subgraph(gm, nodes, values: dict, through=()):
 
 # ---------------------------------------------------------------- rendering
 
-def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_dir, context):
-    """(KernelTest, file text), or (None, why not)."""
+def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_dir, context, symbols=None):
+    """(KernelTest, file text), or (None, why not). `symbols`: node_symbols of the graph."""
     from tdbg.minifier.artifacts.graph_io import imports_for, module_source, tensor_bytes
     nodes, through, not_tested = kernel_nodes(gm, names)
     if not nodes:
@@ -314,6 +364,7 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
         "imports": imports_for(sub.graph), "module": module_source(sub.graph).rstrip("\n"),
         "fx_nodes": _literal(fx_nodes), "not_tested": _literal(not_tested),
         "inputs": _literal(rows(input_names)), "expected": _literal(rows(output_names)),
+        "dynamic": _literal({n: (symbols or {})[n] for n in input_names if (symbols or {}).get(n)}),
         "test_name": re.sub(r"\W", "_", kernel),
     }
     text = _template().substitute(fields)

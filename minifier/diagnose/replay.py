@@ -92,7 +92,7 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
         if name == "eager":
             compiled = graph.gm
         else:
-            spec = graph.replay_spec if recorded else _spec_for(name, graph)
+            spec = graph.replay_spec if recorded else spec_for(name, graph)
             result.config = dict(spec.get("config") or {})
             with runtime._config_scope(spec):
                 try:
@@ -135,11 +135,13 @@ def _draws_random(node) -> bool:
     return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
-def _spec_for(name: str, graph: SavedGraph) -> dict:
+def spec_for(name: str, graph: SavedGraph) -> dict:
     """The runtime.py spec compiling `graph` with backend `name` (default tdbg config): an aten
     graph through the backend's own AOT stage when it is of the family that made the graph
     (its decompositions are the ones that backend expects), else given to the backend whole
-    (which then runs its own AOTAutograd and decompositions on it)."""
+    (which then runs its own AOTAutograd and decompositions on it). The saved spec's `dynamic`
+    (the inputs' symbolic sizes) is kept: the graph compiles with the symbols it was saved with,
+    whatever the backend (replay, and compare's --backend, use this spec)."""
     from tdbg.compiler import config as tdbg_config
     from tdbg.minifier.runs import aot_capture
     from tdbg.minifier.runs.backends import BackendError, resolve
@@ -148,6 +150,8 @@ def _spec_for(name: str, graph: SavedGraph) -> dict:
     except BackendError as e:
         raise SavedIOError(str(e)) from None
     spec = {"backend": {"kind": "named", "name": name}, "config": {}}
+    if graph.replay_spec.get("dynamic"):
+        spec["dynamic"] = graph.replay_spec["dynamic"]
     family = aot_capture.family_of(resolved)
     made_by = (graph.replay_spec.get("aot") or {}).get("family")
     if graph.kind != "dynamo" and family is not None and family == made_by:

@@ -170,6 +170,10 @@ def test_compare_of_a_saved_symbolic_graph_with_a_named_backend_compiles_it_symb
                                                    "after": "dynamo"})
     row = compare_one(saved, str(tmp_path / "io"), f"{tmp_path / 'bk.py'}:wrong_if_dynamic", None)
     assert (row["verdict"], row["diverged"]) == ("outputs_differ", True)
+    # compare compiles by replay's spec for that backend, which keeps the saved symbols itself
+    from tdbg.minifier.diagnose.replay import spec_for
+    spec = spec_for(f"{tmp_path / 'bk.py'}:wrong_if_dynamic", saved)
+    assert spec["dynamic"] == saved.replay_spec["dynamic"] and saved.replay_spec["dynamic"]
 
 
 def saved_specs(saved, meta) -> list:

@@ -118,7 +118,8 @@ def _saved_document(path: str) -> Optional[dict]:
 
 def _saved_io_folder(path: str) -> dict:
     """A `tdbg.saved_io` document for a `run --save-io` folder: its manifest and, per saved
-    graph, the meta.json fields the page shows and graph.py's text."""
+    graph, the meta.json fields the page shows (`dynamic`: the inputs' recorded symbols) and
+    graph.py's text."""
     from tdbg.minifier.artifacts import saved_io
     try:
         manifest = saved_io.read_manifest(path)
@@ -130,7 +131,8 @@ def _saved_io_folder(path: str) -> dict:
         meta = artifacts.read_json(os.path.join(folder, saved_io.META)) or {}
         code = "\n".join(artifacts.read_lines(os.path.join(folder, saved_io.GRAPH_SOURCE)))
         graphs.append({**row, "inputs": meta.get("inputs") or [], "compiled_error": meta.get("compiled_error"),
-                       "timing": meta.get("timing"), "code": code})
+                       "timing": meta.get("timing"), "code": code,
+                       "dynamic": (meta.get("replay") or {}).get("dynamic") or {}})
     summary = (f"{len(graphs)} saved graph(s) of {manifest.get('script')} "
                f"(backend {backend_label(manifest.get('backend'))}, "
                f"torch {manifest.get('torch')}, after {manifest.get('after')})")

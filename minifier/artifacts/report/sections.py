@@ -14,6 +14,7 @@ import os
 
 from tdbg.minifier.runs.names import backend_label, frame_label
 
+from .measure import memory_section, profile_section
 from .page import code_lines, fields, h, line_chart, pre, table
 
 # document schema -> its verdict fields (stage, source, graph, fx node, kernel, message) and next commands
@@ -25,7 +26,7 @@ def _run_verdict(doc: dict) -> dict:
     return {"ok": v.get("status") == "ok", "stage": v.get("stage"), "source": err.get("source"),
             "graph": _graph_words(err), "fx_node": err.get("fx_node"), "kernel": err.get("kernel"),
             "message": err.get("message"), "next": doc.get("next_commands") or [],
-            "debug_dir": v.get("debug_dir")}
+            "debug_dir": v.get("debug_dir"), "symbolic_sizes": err.get("symbolic_sizes")}
 
 
 def _graph_words(err: dict):
@@ -95,7 +96,15 @@ def _compare_verdict(doc: dict) -> dict:
             "message": g.get("message") or doc.get("message"), "summary": doc.get("message")}
 
 
-VERDICTS = {"tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
+def _replay_verdict(doc: dict) -> dict:
+    failed = next((g for g in doc.get("graphs") or [] if g.get("status") != "ok"), None) or {}
+    err = failed.get("error") or {}
+    return {"ok": doc.get("exit_code") == 0, "stage": failed.get("stage"), "graph": failed.get("graph"),
+            "symbolic_sizes": failed.get("symbolic_sizes"), "fx_node": err.get("fx_node"),
+            "source": err.get("source"), "message": err.get("message")}
+
+
+VERDICTS = {"tdbg.replay": _replay_verdict, "tdbg.compare": _compare_verdict, "tdbg.run": _run_verdict, "tdbg.bisect": _bisect_verdict,
             "tdbg.minify": _minify_verdict,
             "tdbg.explain": _explain_verdict, "tdbg.profile": _profile_verdict,
             "tdbg.memory": lambda doc: {"ok": doc.get("exit_code") == 0, "message": doc.get("error")}}
@@ -115,7 +124,8 @@ def verdict_section(ctx: dict) -> str:
     code = doc.get("exit_code")
     rows = [("stage", v.get("stage"), "v-stage"),
             ("user source line", v.get("source") or focus.get("source"), "v-source"),
-            ("graph", v.get("graph"), "v-graph"), ("FX node", v.get("fx_node"), "v-fx-node"),
+            ("graph", v.get("graph"), "v-graph"), ("symbolic sizes", v.get("symbolic_sizes"), "v-symbolic-sizes"),
+            ("FX node", v.get("fx_node"), "v-fx-node"),
             ("kernel", v.get("kernel"), "v-kernel"), ("exit code", code, "v-exit-code"),
             ("error", v.get("message"), "v-message")]
     if focus.get("fx_node") and focus.get("source") and focus["source"] != v.get("source"):
@@ -259,9 +269,17 @@ def _explain_graphs(report: dict) -> str:
                          f"<div class=\"note\">why: {h(b['reason'])}</div>")
         for r in fn.get("recompiles") or []:
             where = f" at {h(r['line'])}" if r.get("line") else ""
-            parts.append(f"<div class=\"bad\">recompile of {h(frame_label(r['frame']))}{where}: "
+            head = "recompile" if r.get("compiled", True) else \
+                "guard failure (NOT recompiled: Dynamo's recompile limit)"
+            parts.append(f"<div class=\"bad\">{h(head)} of {h(frame_label(r['frame']))}{where}: "
                          f"{h(r['changed'])}</div>" + (f"<div class=\"note\">fix: {h(r['suggestion'])}</div>"
                                                       if r.get("suggestion") else ""))
+        limit = fn.get("recompile_limit")
+        if limit:   # Dynamo stopped compiling the frame: later calls ran eager
+            last = f"; last guard failure: {limit['reason']}" if limit.get("reason") else ""
+            parts.append(f"<div class=\"bad recompile-limit\">recompile limit: {h(limit['words'])}</div>"
+                         f"<div class=\"note\">at {h(limit.get('at') or 'no user line recorded')}{h(last)}; "
+                         f"fix: {h(limit['fix'])}</div>")
     return "".join(parts)
 
 
@@ -277,9 +295,12 @@ def caches_section(ctx: dict):
             for g in c.get("graphs") or [] for r in g["lookups"]]
     head = fields([("compared with", c.get("against")), ("first run", first and f"{first['status']}, {first['duration_s']} s"),
                    *((f"{k} cache dir", v) for k, v in (c.get("cache_dirs") or {}).items())])
+    # a cache turned off looks nothing up: without its line it would go unmentioned
+    off = "".join(f'<div class="bad cache-off">{h(r["words"])}</div>' for r in c.get("turned_off") or [])
     body = table(["graph", "frame", "cache", "state", "why", "vs"], rows, ident="caches-table") if rows else \
-        '<p class="note">no compile-cache lookup (nothing was compiled by a backend with a cache)</p>'
-    return head + body
+        '<p class="note">' + ("no other compile-cache lookup" if off else
+                              "no compile-cache lookup (nothing was compiled by a backend with a cache)") + "</p>"
+    return head + off + body
 
 
 def shapes_section(ctx: dict):
@@ -322,9 +343,10 @@ def shapes_section(ctx: dict):
                              f"</span> of compile {h(size['compile_id'])} failed; made at {h(made)}</div>"
                              f"<div class=\"note\">why: {h(size['cause'])}</div>")
         for storm in sh.get("storms") or []:
+            cut = f", cut short by {storm['cut_by']}" if storm.get("cut_by") else ""
             parts.append(f"<div class=\"bad\">recompile storm: {h(storm['source'])} never stabilized: "
                          f"{h(storm['recompiles'])} recompiles over sizes {h(', '.join(map(str, storm['sizes'])))}"
-                         f"</div><div class=\"note\">fix: {h(storm['fix'])}</div>")
+                         f"{h(cut)}</div><div class=\"note\">fix: {h(storm['fix'])}</div>")
     return "".join(parts) or None
 
 
@@ -409,77 +431,6 @@ def timings_section(ctx: dict):
     return "".join(parts) or None
 
 
-def profile_section(ctx: dict):
-    doc = ctx["document"]
-    if doc.get("schema") != "tdbg.profile" or doc.get("status") == "error":
-        return None
-    parts = [table(["callable", "calls in script", "eager ms", "compiled ms", "speedup", "first call s"],
-                   [(c["label"], c["calls_in_script"], _ms(c.get("eager_s")), _ms(c.get("compiled_s")),
-                     "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x", f"{c['first_call_s']:.3f}")
-                    for c in doc.get("callables") or []], numeric=(1, 2, 3, 4, 5), ident="callables")]
-    for key, title in (("profiler_rows", "Compiled run: self CPU time per kernel/op"),
-                       ("eager_profiler_rows", "Eager run: self CPU time per op")):
-        rows = doc.get(key) or []
-        if rows:
-            parts.append(f"<h3>{h(title)}</h3>" + table(
-                ["name", "calls", "self CPU us", "total CPU us", "self %"],
-                [(r["name"], r.get("calls"), _num(r.get("self_cpu_us")), _num(r.get("cpu_total_us")),
-                  _num(r.get("self_cpu_pct"))) for r in rows[:20]], numeric=(1, 2, 3, 4),
-                ident="kernels-compiled" if key == "profiler_rows" else "kernels-eager"))
-    if doc.get("trace_path"):
-        path = os.path.abspath(doc["trace_path"])
-        parts.append(f'<p>Chrome trace: <a id="trace-link" href="file://{h(path)}">{h(path)}</a> '
-                     '<span class="note">(open it in chrome://tracing or ui.perfetto.dev)</span></p>')
-    for f in doc.get("flags") or []:
-        parts.append(f"<div class=\"bad\">{h(f['kind'])}: {h(f['message'])}</div>")
-    return "".join(parts)
-
-
-MEMORY_CHARTS = 12   # live-bytes charts drawn at most (one per measured call, in call order)
-
-
-def memory_section(ctx: dict):
-    """tdbg memory: peaks per graph and call, then live bytes over each call, eager vs compiled."""
-    doc = ctx["document"]
-    if doc.get("schema") != "tdbg.memory" or doc.get("status") == "error":
-        return None
-    calls = [c for g in doc.get("graphs") or [] for c in g.get("calls") or []]
-    parts = [table(["graph", "kind", "call", "eager peak MiB", "compiled peak MiB", "ratio", "eager saved MiB",
-                    "compiled saved MiB"],
-                   [(c["graph"], c["kind"], c["call"], _mib(c.get("eager_peak_bytes")), _mib(c["compiled_peak_bytes"]),
-                     "-" if c.get("ratio") is None else f"{c['ratio']:.2f}x", _mib(c.get("eager_saved_bytes")),
-                     _mib(c.get("compiled_saved_bytes"))) for c in calls], numeric=(2, 3, 4, 5, 6, 7),
-                   ident="memory-calls")]
-    for c in calls[:MEMORY_CHARTS]:
-        series = {"compiled": ("#c0392b", [v // 1024 for v in c.get("compiled_curve") or []])}
-        if c.get("eager_curve"):
-            series["eager"] = ("#2471a3", [v // 1024 for v in c["eager_curve"]])
-        points = max(len(v) for _, v in series.values())
-        xs = [round(100 * k / max(points - 1, 1)) for k in range(points)]
-        parts.append(f"<h3>graph {h(c['graph'])} {h(c['kind'])}, call {h(c['call'])}: live KiB over the call</h3>"
-                     + line_chart(series, xs, x_label="% of the call's duration",
-                                  ident=f"memory-{c['graph']}-{c['kind']}-{c['call']}"))
-        rows = [(side, _mib(b["bytes"]), b.get("name") or "-", b.get("op") or "-", ", ".join(b.get("made_by") or []),
-                 b.get("source") or "") for side in ("compiled", "eager") for b in c.get(f"{side}_peak_buffers") or []
-                if b["bytes"] >= 1024]
-        if rows:
-            parts.append(table(["alive at the peak of", "MiB", "name", "allocated by", "made by", "user line"], rows,
-                               numeric=(1,), ident=f"memory-buffers-{c['graph']}-{c['kind']}-{c['call']}"))
-    for note in doc.get("notes") or []:
-        parts.append(f"<p class=\"note\">{h(note)}</p>")
-    if doc.get("method"):
-        parts.append(f"<p class=\"note\">{h(doc['method'])}</p>")
-    return "".join(parts)
-
-
-def _mib(n) -> str:
-    return "-" if n is None else f"{n / 2**20:.2f}"
-
-
-def _ms(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
 def shrink_history(doc: dict) -> list:
     """[(query, nodes, inputs)]: the original graph at query 0, then every query whose candidate
     kept the failure (the minifier adopts those), from minify.jsonl in the output folder."""
@@ -508,7 +459,11 @@ def minify_section(ctx: dict):
     rows = table(["query", "nodes", "inputs"], steps, numeric=(0, 1, 2), ident="shrink-steps")
     stats = doc.get("stats") or {}
     code = (doc.get("minimized") or {}).get("code")
-    return (f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
+    dynamic = (doc.get("minimized") or {}).get("dynamic") or {}
+    symbolic = ("<p id=\"minified-symbolic\">compiled with symbolic sizes: " + h("; ".join(
+        f"{name}: [{', '.join(str(d) if d else 'static' for d in dims)}]" for name, dims in dynamic.items()))
+        + "</p>") if dynamic else ""
+    return (symbolic + f"<p>{h(doc['original']['nodes'])} -&gt; {h((doc.get('minimized') or {}).get('nodes'))} nodes, "
             f"{h(doc['original']['inputs'])} -&gt; {h((doc.get('minimized') or {}).get('inputs'))} inputs in "
             f"{h(stats.get('queries'))} queries</p>{chart}{rows}"
             + (f"<h3>Minimized graph</h3>{pre(code)}" if code else ""))
@@ -520,14 +475,35 @@ def saved_io_section(ctx: dict):
     if doc.get("schema") != "tdbg.saved_io":
         return None
     rows = [(g.get("name"), g.get("kind"), g.get("graph"), g.get("call"), g.get("nodes"),
-             "; ".join(f"{i.get('name')}: {i.get('dtype')}{list(i.get('shape') or [])}" if "shape" in i
-                       else f"{i.get('name')} = {i.get('value')!r}" for i in g["inputs"]),
+             "; ".join(_saved_input(i, (g.get("dynamic") or {}).get(i.get("name")) or ()) for i in g["inputs"]),
              g.get("compiled_error") or "") for g in doc["saved_graphs"]]
     parts = [table(["graph", "kind", "Dynamo graph", "call", "nodes", "inputs", "compile error"], rows,
                    numeric=(2, 3, 4), ident="saved-graphs")]
     parts += [f"<details><summary>{h(g.get('name'))}: graph.py</summary>{pre(g['code'])}</details>"
               for g in doc["saved_graphs"] if g.get("code")]
     return "".join(parts)
+
+
+def _saved_input(i: dict, symbols) -> str:
+    """`x: float32[s77=100, 8]` (a symbolic dim as symbol=size), `n = 100 (s77)` for an int input."""
+    if "shape" not in i:
+        return f"{i.get('name')} = {i.get('value')!r}" + (f" ({symbols[0]})" if symbols and symbols[0] else "")
+    symbols = list(symbols) + [None] * len(i.get("shape") or [])
+    dims = ", ".join(f"{sym}={d}" if sym else str(d) for d, sym in zip(i.get("shape") or [], symbols))
+    return f"{i.get('name')}: {i.get('dtype')}[{dims}]"
+
+
+def replay_section(ctx: dict):
+    """`tdbg replay`: each saved graph's verdict, with the symbolic sizes it compiled with."""
+    doc = ctx["document"]
+    if doc.get("schema") != "tdbg.replay" or not doc.get("graphs"):
+        return None
+    rows = [(g.get("graph"), g.get("kind"), backend_label(g.get("backend")),
+             "OK" if g.get("status") == "ok" else f"FAILED ({g.get('stage')})", _num(g.get("max_abs_error")),
+             g.get("symbolic_sizes") or "static", (g.get("error") or {}).get("message") or "")
+            for g in doc["graphs"]]
+    return table(["graph", "kind", "backend", "verdict", "max abs error", "symbolic sizes", "error"], rows,
+                 numeric=(4,), ident="replay-graphs")
 
 
 def determinism_section(ctx: dict):
@@ -540,11 +516,12 @@ def determinism_section(ctx: dict):
     rows = []
     for g in graphs:
         d, node = g["determinism"], g["determinism"].get("first_node") or {}
-        rows.append((g["index"], g.get("frame"), d["verdict"],
+        rows.append((g["index"], g.get("frame"), ", ".join(map(str, g.get("determinism_calls") or [d.get("call")])),
+                     d["verdict"],
                      "; ".join(f"{v['path']}: {v['message']}" for v in d["compiled"]) or "same bits",
                      "; ".join(f"{v['path']}: {v['message']}" for v in d["eager"]) or "same bits",
                      node.get("node"), node.get("kernel"), node.get("source"), d.get("reason") or ""))
-    return table(["graph", "frame", "verdict", "compiled run 1 vs 2", "eager run 1 vs 2", "first differing node",
+    return table(["graph", "frame", "calls checked", "verdict", "compiled run 1 vs 2", "eager run 1 vs 2", "first differing node",
                   "kernel", "source", "reason"], rows, numeric=(0,), ident="determinism-graphs")
 
 
@@ -607,6 +584,7 @@ SECTIONS = (
     ("memory", "Memory: eager vs compiled", memory_section),
     ("minify", "Shrink history", minify_section),
     ("saved", "Saved graphs (run --save-io)", saved_io_section),
+    ("replay", "Replayed graphs", replay_section),
     ("determinism", "Determinism (run --check-determinism)", determinism_section),
     ("transcript", "Terminal output", transcript_section),
 )
