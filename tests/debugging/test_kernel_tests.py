@@ -234,12 +234,17 @@ def test_cli_kernel_tests_pass_healthy_and_fail_once_under_injected_bug(tmp_path
     info = json.load(open(json_path))["verdict"]["kernel_tests"]
     files = sorted(os.path.basename(f) for f in info["files"])
     assert info["kernels"] == len(files) >= 8
-    assert sorted(f for f in os.listdir(out) if f.endswith(".py")) == files
+    # beside the tests: run_kernel_tests.py, the folder's runner (not a test)
+    assert sorted(f for f in os.listdir(out) if f.endswith(".py") and f.startswith("test_")) == files
+    assert "run_kernel_tests.py" in os.listdir(out)
     tanh_files = [f for f in files if "torch.ops.aten.tanh." in open(os.path.join(out, f)).read()]
-    assert len(tanh_files) == 1 and "_forward_" in tanh_files[0]
+    # the forward's tanh kernel, and the backward's when the partitioner recomputes tanh there
+    # (torch 2.13's does: the sigmoid/tanh backward kernel)
+    assert [f for f in tanh_files if "_forward_" in f] and len(tanh_files) <= 2
 
     code, text = _pytest(out, {})
     assert code == 0 and f"{len(files)} passed" in text, text
     code, text = _pytest(out, {"TDBG_INJECT_BUG": "tanh:accuracy"})
     failed = sorted(os.path.basename(line.split("::")[0].split()[-1]) for line in text.splitlines() if line.startswith("FAILED "))
-    assert code == 1 and failed == tanh_files and f"1 failed, {len(files) - 1} passed" in text, text
+    n = len(tanh_files)
+    assert code == 1 and failed == tanh_files and f"{n} failed, {len(files) - n} passed" in text, text
