@@ -445,3 +445,5 @@ for _packet in VIEW_REINDEX:
 from . import lowering_reductions  # noqa: E402,F401
 from . import lowering_data  # noqa: E402,F401  (cat, pad, embedding, gather, index_select)
 from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)
+from . import lowering_index  # noqa: E402,F401  (index.Tensor)
+from . import lowering_shape  # noqa: E402,F401  (empty factories, rev, diagonal)

@@ -28,7 +28,7 @@ LAYERS = (
     ("configuration and op tables", ("config", "ops", "decompositions")),
     ("graph passes before lowering", ("layout",)),
     ("lowering: aten graph -> loop IR", ("lowering_common", "lowering_reductions", "lowering_data",
-                                         "lowering_random", "lowering")),
+                                         "lowering_random", "lowering_index", "lowering_shape", "lowering")),
     ("scheduling", ("merge_loops", "scheduler")),
     ("C++ code generation", ("codegen_loops", "codegen_segments", "codegen_reduction", "codegen_cpp")),
     ("output code and build", ("aten_calls", "prepack", "build", "wrapper")),
