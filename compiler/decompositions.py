@@ -58,6 +58,8 @@ DECOMPOSED = [
     aten.logspace, aten.linalg_cross, aten.new_empty,
     aten.empty_like, aten._unsafe_masked_index, aten.im2col,
     aten.max_pool2d_with_indices, aten._batch_norm_with_update_functional,
+    # random: the distributions' transforms of uniform samples, drawn by lowering_random
+    aten.cauchy, aten.exponential, aten.geometric, aten.log_normal,
 ]
 
 

@@ -1,5 +1,5 @@
 """Lowerings of ops that allocate or rearrange without arithmetic: the empty factories,
-`prims.rev` (flip), `diagonal`.
+`prims.rev` (flip), `diagonal`, `unsafe_split`.
 
 empty / empty_permuted / empty_strided have unspecified contents: they are lowered as a fill
 with zeros (one cheap store loop that dead-buffer elimination drops when nothing reads the
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .lowering_common import _out, register_lowering
+from .ir import View
+from .lowering_common import _out, _slice, register_lowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -52,3 +53,18 @@ def lower_diagonal(g, node, x, offset=0, dim1=0, dim2=1):
         src[dim1], src[dim2] = index[-1] + row, index[-1] + col
         return load(ops, src)
     return g.pointwise(node, size, out_dtype, fn, (x,))
+
+
+@register_lowering(aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default)
+def lower_unsafe_split(g, node, x, split, dim=0):
+    """Slices of `x` along `dim`, one View each (index remaps, as split's slices): the pieces'
+    sizes come from the node's values. `x` is realized first: its pieces' readers are not
+    counted as its readers, so a lazy `x` would be recomputed by each of them."""
+    x = g.realize(x)
+    dim = dim % max(len(x.size), 1)
+    pieces, start = [], 0
+    for val in node.meta["val"]:
+        size = tuple(int(s) for s in val.shape)
+        pieces.append(View(x, size, _slice(x, size, dim, start, start + size[dim])))
+        start += size[dim]
+    return pieces
