@@ -71,3 +71,34 @@ def test_out_of_range_index_is_an_error_not_a_wrong_read():
         compiled(x, torch.tensor([0, 4]))
     with pytest.raises(Exception, match="index out of bounds"):
         compiled(x, torch.tensor([-5, 0]))
+
+
+def _scan_round_split_cases(x, xi, xb):
+    a, b, c = torch.ops.aten.unsafe_split.Tensor(x * 2, 2, -1)
+    return (torch.cumsum(x, -1),                    # float32 folds in double, as eager: equal values
+            torch.cumprod(x.transpose(0, 2), 0),    # non-contiguous, scan dim not innermost
+            torch.cumsum(xi, 1),                    # int64
+            torch.cumprod(xi[..., :3] % 7, -2),     # integer products (wrap as eager's int64)
+            torch.cumsum(xb, 0),                    # bool -> int64
+            torch.cumsum(x, 1, dtype=torch.float64),
+            torch.round(x * 100, decimals=2), torch.round(x * 1e4, decimals=-3),
+            torch.round(-x, decimals=0),
+            a, b + 1, c)                            # pieces of 2, 2 and 1
+
+
+def test_scan_round_split():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 4, 5, generator=g)
+    x[0, 1, 2] = -0.0
+    xi = torch.randint(-1000, 1000, (2, 6, 4), generator=g)
+    xb = torch.rand(5, 3, generator=g) > 0.5
+    _run(_scan_round_split_cases, x, xi, xb)
+
+
+def test_long_scan_stays_an_aten_call():
+    """A scan dim longer than SCAN_UNROLL runs as aten's linear scan (the unrolled fold is O(n))."""
+    from tdbg.compiler.lowering_scan import SCAN_UNROLL
+    x = torch.randn(2, SCAN_UNROLL + 1)
+    compiled = compile_fn(lambda t: (torch.cumsum(t, -1),), x)
+    assert compiled.fallback_targets == ["aten.cumsum.default"]
+    assert torch.equal(compiled(x)[0], torch.cumsum(x, -1))
