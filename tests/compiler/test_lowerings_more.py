@@ -102,3 +102,19 @@ def test_long_scan_stays_an_aten_call():
     compiled = compile_fn(lambda t: (torch.cumsum(t, -1),), x)
     assert compiled.fallback_targets == ["aten.cumsum.default"]
     assert torch.equal(compiled(x)[0], torch.cumsum(x, -1))
+
+
+def _pool_cases(x):
+    F = torch.nn.functional
+    return (F.avg_pool2d(x, 3, 2, 1),                                   # padded, counted
+            F.avg_pool2d(x, (2, 3), (1, 2), (1, 1), count_include_pad=False),
+            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),                   # the last window overhangs
+            F.avg_pool2d(x.transpose(2, 3), 2, divisor_override=3),     # non-contiguous
+            F.avg_pool2d(x[0], 2),                                      # 3-d input
+            F.avg_pool1d(x[0], 3, 1, 1))
+
+
+def test_avg_pool2d():
+    """Sums in eager's order and the same divisor: equal values (eager's NCHW kernel is scalar)."""
+    x = torch.randn(2, 3, 7, 6, generator=torch.Generator().manual_seed(4))
+    _run(_pool_cases, x)
