@@ -31,6 +31,8 @@ def lower_avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=Fa
     size, out_dtype = _out(node)
     if not out_dtype.is_floating_point:
         raise NotImplementedError("avg_pool2d of an integer tensor")
+    # eager sums in the op-math type: float for bf16/fp16, rounded once on store
+    acc_dtype = torch.float32 if out_dtype in (torch.bfloat16, torch.float16) else out_dtype
     (kh, kw), (ph, pw) = _pair(kernel_size), _pair(padding)
     sh, sw = _pair(stride, [kh, kw])
     if kh * kw > MAX_TAPS:
@@ -50,7 +52,7 @@ def lower_avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=Fa
     def fn(ops, index):
         *lead, oh, ow = index
         h0, w0 = oh * sh - ph, ow * sw - pw
-        acc = ops.constant(0, out_dtype)
+        acc = ops.constant(0, acc_dtype)
         for dh in range(kh):
             for dw in range(kw):
                 ih, iw = h0 + dh, w0 + dw
@@ -60,8 +62,8 @@ def lower_avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=Fa
                           ops.lt(ops.index_expr(iw, i64), ops.constant(w_in, i64))]
                 inside = ops.logical_and(ops.logical_and(checks[0], checks[1]),
                                          ops.logical_and(checks[2], checks[3]))
-                tap = ops.masked(inside, lambda ih=ih, iw=iw: ops.to_dtype(load(ops, [*lead, ih, iw]), out_dtype),
-                                 ops.constant(0, out_dtype))
+                tap = ops.masked(inside, lambda ih=ih, iw=iw: ops.to_dtype(load(ops, [*lead, ih, iw]), acc_dtype),
+                                 ops.constant(0, acc_dtype))
                 acc = ops.where(inside, ops.add(acc, tap), acc)
         if divisor_override:
             divisor = ops.constant(divisor_override, i64)
@@ -70,5 +72,5 @@ def lower_avg_pool2d(g, node, x, kernel_size, stride=(), padding=0, ceil_mode=Fa
             divisor = ops.mul(ph_all, pw_all) if count_include_pad else ops.mul(h_inner, w_inner)
             # an empty window (eager writes 0) divides 0 by 1
             divisor = ops.maximum(divisor, ops.constant(1, i64))
-        return ops.div(acc, ops.to_dtype(divisor, out_dtype))
+        return ops.to_dtype(ops.div(acc, ops.to_dtype(divisor, acc_dtype)), out_dtype)
     return g.pointwise(node, size, out_dtype, fn, (x,))

@@ -1,11 +1,11 @@
 """Scans along one dim: cumsum and cumprod, for dims of at most SCAN_UNROLL elements.
 
 Element i of the result folds x[0..i] in eager's order, sequentially, in eager's accumulation
-type (double for float32 and float64, int64 for integers and bool), rounded once on store: the
-values equal eager's. Each element unrolls the whole scan dim (x[j] joins the fold only where
-j <= i, a `where`, so -0.0 and NaN propagate as in eager): O(n) work per element, so longer dims
-stay aten calls (a linear scan), as do sizes that are not compile-time integers. Registered in
-LOWERINGS (lowering_common.py) on import.
+type (double for float32 and float64, float for bf16/fp16, int64 for integers and bool),
+rounded once on store: the values equal eager's. Each element unrolls the whole scan dim (x[j]
+joins the fold only where j <= i, a `where`, so -0.0 and NaN propagate as in eager): O(n) work
+per element, so longer dims stay aten calls (a linear scan), as do sizes that are not
+compile-time integers. Registered in LOWERINGS (lowering_common.py) on import.
 """
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ SCAN_UNROLL = 32     # longest scan dim lowered: its unrolled fold costs n/2 ope
 
 
 def _accumulation_dtype(dtype):
+    """Eager's CPU accumulation type (at::acc_type<T, false>): double for float32/float64, float
+    for bf16/fp16, int64 for integers and bool."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return torch.float32
     return torch.float64 if dtype.is_floating_point else torch.int64
 
 
