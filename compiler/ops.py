@@ -175,7 +175,8 @@ OTHER_LOWERINGS = {
     # lowering_index/shape/scan/math/pool.py (OpInfo coverage, issue 23)
     "indexing and shape": ("index.Tensor", "empty", "empty_permuted", "empty_strided", "rev", "diagonal",
                            "unsafe_split", "unsafe_split_with_sizes"),
-    "scan, pooling, parameterized pointwise": ("cumsum", "cumprod", "avg_pool2d", "round.decimals"),
+    "scan, pooling, parameterized pointwise": ("cumsum", "cumprod", "cummax", "cummin", "avg_pool2d",
+                                               "round.decimals"),
 }
 
 
