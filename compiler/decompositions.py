@@ -43,6 +43,23 @@ DECOMPOSED = [
     aten.select_backward, aten.slice_backward, aten.embedding_dense_backward, aten.flip, aten.roll,
     aten.diagonal_backward, aten.repeat, aten.tril, aten.triu,
     aten.baddbmm, aten.addmv, aten.index_add, aten._unsafe_index,
+    # OpInfo coverage (issue 23 item 5): composites whose decompositions reach lowered ops only
+    aten.diag_embed, aten.diagonal_copy, aten.log_sigmoid_forward,
+    aten._safe_softmax, aten.isneginf, aten.isposinf, aten.nansum, aten.deg2rad, aten.rad2deg,
+    aten.expand_copy, aten.alias_copy, aten.view_copy, aten.permute_copy, aten.t_copy, aten.transpose_copy,
+    aten.unsqueeze_copy, aten.squeeze_copy, aten.narrow_copy, aten.unbind_copy,
+    aten.slice_scatter, aten.select_scatter, aten.logaddexp2, aten.sinc, aten.sgn,
+    aten.celu, aten._prelu_kernel, aten.binary_cross_entropy_with_logits, aten.soft_margin_loss,
+    aten.nll_loss2d_forward, aten.addr, aten.block_diag, aten.dist, aten.rot90, aten.trace, aten.zero,
+    aten.fill, aten.count_nonzero, aten.pixel_shuffle, aten.pixel_unshuffle, aten.channel_shuffle,
+    aten.special_xlog1py, aten.special_entr, aten.renorm, aten.ldexp,
+    aten.index_fill, aten.index_copy, aten.take, aten.mvlgamma, aten.aminmax, aten.reflection_pad1d,
+    aten.replication_pad1d, aten.replication_pad2d, aten._adaptive_avg_pool2d,
+    aten.logspace, aten.linalg_cross, aten.new_empty,
+    aten.empty_like, aten._unsafe_masked_index, aten.im2col,
+    aten.max_pool2d_with_indices, aten._batch_norm_with_update_functional,
+    # random: the distributions' transforms of uniform samples, drawn by lowering_random
+    aten.cauchy, aten.exponential, aten.geometric, aten.log_normal,
 ]
 
 

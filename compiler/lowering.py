@@ -499,3 +499,8 @@ for _packet in VIEW_REINDEX:
 from . import lowering_reductions  # noqa: E402,F401
 from . import lowering_data  # noqa: E402,F401  (cat, pad, embedding, gather, index_select)
 from . import lowering_random  # noqa: E402,F401  (random ops generated in kernels)
+from . import lowering_index  # noqa: E402,F401  (index.Tensor)
+from . import lowering_shape  # noqa: E402,F401  (empty factories, rev, diagonal)
+from . import lowering_scan  # noqa: E402,F401  (cumsum, cumprod)
+from . import lowering_math  # noqa: E402,F401  (round.decimals)
+from . import lowering_pool  # noqa: E402,F401  (avg_pool2d)

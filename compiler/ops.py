@@ -172,6 +172,11 @@ OTHER_LOWERINGS = {
     # lowering_random.py: values from an in-kernel Philox stream (config.fallback_random: aten)
     "random": ("rand", "rand_like", "randn", "randn_like", "uniform", "bernoulli", "native_dropout",
                "native_dropout_backward"),
+    # lowering_index/shape/scan/math/pool.py (OpInfo coverage, issue 23)
+    "indexing and shape": ("index.Tensor", "empty", "empty_permuted", "empty_strided", "rev", "diagonal",
+                           "unsafe_split", "unsafe_split_with_sizes"),
+    "scan, pooling, parameterized pointwise": ("cumsum", "cumprod", "cummax", "cummin", "avg_pool2d",
+                                               "round.decimals"),
 }
 
 

@@ -54,6 +54,9 @@ FAST_OPS = {
     "cat": "lowered", "permute": "lowered", "expand": "lowered", "select": "lowered",
     "nn.functional.pad.constant": "lowered", "gather": "lowered", "index_select": "lowered",
     "mm": "fell_back", "bernoulli": "lowered", "new_empty": "skipped",
+    # issue 23 coverage: index.Tensor, prims.rev, scan, pooling, round.decimals, empty factories
+    "take": "lowered", "flip": "lowered", "cumsum": "lowered", "nn.functional.avg_pool2d": "lowered",
+    "round.decimals_3": "lowered", "signal.windows.hann": "lowered",
 }
 
 

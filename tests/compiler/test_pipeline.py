@@ -179,7 +179,7 @@ def test_lowering_bug_raises_lowering_error(monkeypatch):
 
 
 def test_unlowered_ops_become_extern_calls():
-    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    x, w = torch.randn(4, 40), torch.randn(40, 3)   # cumsum over 40 > lowering_scan.SCAN_UNROLL: aten
     fn = lambda x, w: (torch.relu(x @ w) + 1, torch.cumsum(x, 1))  # noqa: E731
     compiled = compile_aten(make_fx(fn)(x, w), [x, w], current())
     assert compiled.fallback_targets == ["aten.mm.default", "aten.cumsum.default"]

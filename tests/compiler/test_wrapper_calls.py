@@ -14,9 +14,9 @@ aten = torch.ops.aten
 T = Buffer("t", FixedLayout((2, 2), (2, 1), torch.float32))   # any IR tensor argument
 
 
-def compile_fn(fn, *inputs):
+def compile_fn(fn, *inputs, decompose=True):
     lowering.reset_counters()
-    gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
+    gm = make_fx(fn, decomposition_table=decomposition_table(current()) if decompose else None)(*inputs)
     return compile_aten(gm, list(inputs), current())
 
 
@@ -68,7 +68,8 @@ def test_op_table_binds_the_builtin_or_keeps_the_overload():
 
 
 def test_generated_calls_go_through_the_binding_and_match_eager():
-    a, w, b = torch.randn(6, 8), torch.randn(8, 5), torch.randn(5)
+    # cumsum over 40 > lowering_scan.SCAN_UNROLL: an aten call
+    a, w, b = torch.randn(6, 8), torch.randn(8, 40), torch.randn(40)
     f = lambda a, w, b: torch.cumsum(torch.addmm(b, a, w), 1)   # noqa: E731
     compiled = compile_fn(f, a, w, b)
     src = compiled.source_code
@@ -103,10 +104,11 @@ def test_a_binding_whose_defaults_differ_from_the_overloads_gets_them_explicitly
     """torch.binary_cross_entropy_with_logits(x, t) returns the unreduced loss, while the overload
     aten.binary_cross_entropy_with_logits.default(x, t) reduces to the mean: called through the
     binding with the call's two arguments, the compiled loss was a [5] tensor (found by the full
-    OpInfo sweep). The reduction is now passed explicitly."""
+    OpInfo sweep). The reduction is now passed explicitly. Traced undecomposed: the decomposition
+    table now rewrites the op into lowered ones."""
     x, t = torch.randn(5), torch.rand(5)
     f = lambda x, t: torch.nn.functional.binary_cross_entropy_with_logits(x, t)   # noqa: E731
-    compiled = compile_fn(f, x, t)
+    compiled = compile_fn(f, x, t, decompose=False)
     assert "aten.binary_cross_entropy_with_logits.default(x_1, t_1, None, None, 1)" in compiled.source_code
     got = compiled(x, t)
     got = got[0] if isinstance(got, (list, tuple)) else got
