@@ -24,14 +24,15 @@ import torch
 
 from . import ops as optable
 from .ir import FloorDiv, ModIndex
-from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
+from .ops import CPP_TYPES, LOWP_CONVERT, TABLE, HELPER_SPELLINGS, storage_type
 from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cpp_type
 from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
 from .logs import get_logger
 from .scheduler import KernelGroup, kernel_name, kernel_threads
 
-BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
+BLEND_TYPES = (torch.float32, torch.float64, *LOWP_CONVERT)   # tdbg_detail::sel overloads in cpp_prelude.h
+                                                            # (bf16/fp16 values are float)
 
 log = get_logger("schedule")
 
@@ -71,6 +72,12 @@ def constant(value, dtype) -> str:
     return f"static_cast<{t}>({value}LL)"
 
 
+def _lowp_round(dtype, expr) -> str:
+    """C++ for float `expr` rounded to bf16/fp16 (nearest even) and widened back to float."""
+    load, store = LOWP_CONVERT[dtype]
+    return f"{load}({store}({expr}))"
+
+
 def fx_line(node) -> str:
     def fmt(a):
         if hasattr(a, "name") and hasattr(a, "op"):
@@ -108,6 +115,7 @@ class CppKernel(ReductionCodegen):
         self.block = Block()
         self.stored = {}
         self.scratch = {}       # inner local node -> (store index, array element expression)
+        self.lowp_exact = set()  # bf16/fp16 values known to be representable (loads): no re-rounding
         self.status_nodes = []
         self.origin_stack = []
         self.line_origins = {}  # emitted statement -> FX node name, for provenance.py
@@ -253,7 +261,8 @@ class CppKernel(ReductionCodegen):
             # later nodes of this loop nest read the value, not memory (same index by construction)
             self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
-            self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {value};")
+            bits = f"{LOWP_CONVERT[dtype][1]}({value})" if dtype in LOWP_CONVERT else value
+            self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {bits};")
         return value
 
     def group_store_index(self, name):
@@ -268,8 +277,8 @@ class CppKernel(ReductionCodegen):
         """The kernel's C++ function (without the prelude include)."""
         ops = CppOps(self)
         body = self.row_column_body(ops) if self.group.columns else self.loop_nest(ops)
-        params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
-        params += [f"{cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
+        params = [f"const {storage_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
+        params += [f"{storage_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
         lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
         lines += ["    " + line for line in body] + ["    return tdbg_status;", "}"]
         return "\n".join(lines) + "\n"
@@ -391,7 +400,12 @@ class CppOps:
             return self.k.cse(scratch[1], dtype)
         if name in self.k.outputs and self.k.group_store_index(name) != index:
             self.k.unsafe(f"reads {name}, which this kernel writes, at another index")
-        return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", dtype)
+        element = f"{self.k.input_arg(name)}[{cexpr(index)}]"
+        if dtype not in LOWP_CONVERT:
+            return self.k.cse(element, dtype)
+        var = self.k.cse(f"{LOWP_CONVERT[dtype][0]}({element})", dtype)
+        self.k.lowp_exact.add(var.name)
+        return var
 
     def constant(self, value, dtype):
         var = CppVar(constant(value, dtype), dtype)
@@ -429,8 +443,17 @@ class CppOps:
         return self.__getattr__("logical_and")(a, b)
 
     def to_dtype(self, x, dtype):
+        """`x` converted as eager converts; a bf16/fp16 value is float here, so a cast from one
+        first rounds it to its dtype (eager's op stored it rounded) unless it is known exact
+        (a load), and a cast to one rounds to nearest even."""
         if x.dtype == dtype:
             return x
+        if x.dtype in LOWP_CONVERT and str(x) not in self.k.lowp_exact:
+            x = self.k.cse(_lowp_round(x.dtype, str(x)), x.dtype)
+        if dtype in LOWP_CONVERT:
+            var = self.k.cse(_lowp_round(dtype, f"static_cast<float>({x})"), dtype)
+            self.k.lowp_exact.add(var.name)
+            return var
         return self.k.cse(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
 
     def div(self, a, b):
