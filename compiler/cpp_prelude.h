@@ -348,8 +348,12 @@ template <class T> TDBG_INLINE bool tdbg_isinf(T a) {
   if constexpr (tdbg_is_float<T>) { return a == tdbg_limits<T>::infinity() || a == -tdbg_limits<T>::infinity(); }
   else { return false; }
 }
+// float: the sign bit as an int32 compare. g++ 12 ICEs ("unrecognizable insn") vectorizing
+// __builtin_signbit of a float that a bit cast made (a bf16 load).
 template <class T> TDBG_INLINE bool tdbg_signbit(T a) {
-  if constexpr (tdbg_is_float<T>) { return __builtin_signbit(a) != 0; } else { return a < T(0); }
+  if constexpr (tdbg_is_float<T> && sizeof(T) == 4) { return __builtin_bit_cast(int32_t, a) < 0; }
+  else if constexpr (tdbg_is_float<T>) { return __builtin_signbit(a) != 0; }
+  else { return a < T(0); }
 }
 
 // NaN-propagating max/min (torch.maximum / torch.minimum: ties return the first operand).
@@ -533,12 +537,12 @@ template <class T> TDBG_INLINE T tdbg_randn(int64_t seed, int64_t stream, int64_
 TDBG_INLINE float tdbg_bf16_to_float(uint16_t h) {
   return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
 }
-// round to nearest even; NaN -> the quiet NaN 0x7FC0 (as c10::BFloat16; a NaN's payload could
-// otherwise round to infinity)
+// round to nearest even; NaN -> 0xFFFF, the NaN eager's vectorized CPU conversion writes (a
+// NaN's payload could otherwise round to infinity; signbit of it is true in eager too)
 TDBG_INLINE uint16_t tdbg_float_to_bf16(float f) {
   uint32_t u = __builtin_bit_cast(uint32_t, f);
   uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(f != f ? 0x7FC0u : r);
+  return static_cast<uint16_t>(f != f ? 0xFFFFu : r);
 }
 #if defined(__FLT16_MAX__) && !defined(TDBG_PORTABLE_F16)
 // g++ >= 12 on x86-64 (and aarch64): IEEE conversions, F16C / AVX512-FP16 vector instructions
