@@ -72,12 +72,6 @@ def constant(value, dtype) -> str:
     return f"static_cast<{t}>({value}LL)"
 
 
-def _lowp_round(dtype, expr) -> str:
-    """C++ for float `expr` rounded to bf16/fp16 (nearest even) and widened back to float."""
-    load, store = LOWP_CONVERT[dtype]
-    return f"{load}({store}({expr}))"
-
-
 def fx_line(node) -> str:
     def fmt(a):
         if hasattr(a, "name") and hasattr(a, "op"):
@@ -116,6 +110,7 @@ class CppKernel(ReductionCodegen):
         self.stored = {}
         self.scratch = {}       # inner local node -> (store index, array element expression)
         self.lowp_exact = set()  # bf16/fp16 values known to be representable (loads): no re-rounding
+        self.lowp_bits = {}      # rounded bf16/fp16 value -> the variable holding its 16 bits (stores reuse it)
         self.status_nodes = []
         self.origin_stack = []
         self.line_origins = {}  # emitted statement -> FX node name, for provenance.py
@@ -261,7 +256,9 @@ class CppKernel(ReductionCodegen):
             # later nodes of this loop nest read the value, not memory (same index by construction)
             self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
-            bits = f"{LOWP_CONVERT[dtype][1]}({value})" if dtype in LOWP_CONVERT else value
+            bits = value
+            if dtype in LOWP_CONVERT:
+                bits = self.lowp_bits.get(str(value)) or f"{LOWP_CONVERT[dtype][1]}({value})"
             self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {bits};")
         return value
 
@@ -445,16 +442,24 @@ class CppOps:
     def to_dtype(self, x, dtype):
         """`x` converted as eager converts; a bf16/fp16 value is float here, so a cast from one
         first rounds it to its dtype (eager's op stored it rounded) unless it is known exact
-        (a load), and a cast to one rounds to nearest even."""
+        (a load, a rounded value), and a cast to one rounds to nearest even."""
         if x.dtype == dtype:
             return x
         if x.dtype in LOWP_CONVERT and str(x) not in self.k.lowp_exact:
-            x = self.k.cse(_lowp_round(x.dtype, str(x)), x.dtype)
+            x = self._lowp_round(x, x.dtype)
         if dtype in LOWP_CONVERT:
-            var = self.k.cse(_lowp_round(dtype, f"static_cast<float>({x})"), dtype)
-            self.k.lowp_exact.add(var.name)
-            return var
+            return self._lowp_round(x, dtype)
         return self.k.cse(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
+
+    def _lowp_round(self, x, dtype):
+        """float(x) rounded to bf16/fp16: its 16 bits (int16_t, the same bits: a store of the
+        value writes them, CppKernel.store) and the float they hold (the value)."""
+        load, store = LOWP_CONVERT[dtype]
+        bits = self.k.cse(f"{store}(static_cast<float>({x}))", torch.int16)
+        var = self.k.cse(f"{load}({bits})", dtype)
+        self.k.lowp_exact.add(var.name)
+        self.k.lowp_bits[var.name] = bits.name
+        return var
 
     def div(self, a, b):
         """a / b; a float divisor computed outside the innermost loop becomes one reciprocal
