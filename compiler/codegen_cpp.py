@@ -25,14 +25,15 @@ import torch
 
 from . import ops as optable
 from .ir import csize, hint, is_size_symbol
-from .ops import CPP_TYPES, TABLE, HELPER_SPELLINGS
+from .ops import CPP_TYPES, LOWP_CONVERT, TABLE, HELPER_SPELLINGS, storage_type
 from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type
 from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
 from .logs import get_logger
 from .scheduler import KernelGroup, kernel_name, kernel_threads
 
-BLEND_TYPES = (torch.float32, torch.float64)   # tdbg_detail::sel overloads in cpp_prelude.h
+BLEND_TYPES = (torch.float32, torch.float64, *LOWP_CONVERT)   # tdbg_detail::sel overloads in cpp_prelude.h
+                                                            # (bf16/fp16 values are float)
 
 log = get_logger("schedule")
 
@@ -100,6 +101,8 @@ class CppKernel(ReductionCodegen):
         self.block = Block()
         self.stored = {}
         self.scratch = {}       # inner local node -> (store index, array element expression)
+        self.lowp_exact = set()  # bf16/fp16 values known to be representable (loads): no re-rounding
+        self.lowp_bits = {}      # rounded bf16/fp16 value -> the variable holding its 16 bits (stores reuse it)
         self.status_nodes = []
         self.origin_stack = []
         self.line_origins = {}  # emitted statement -> FX node name, for provenance.py
@@ -246,7 +249,10 @@ class CppKernel(ReductionCodegen):
             # later nodes of this loop nest read the value, not memory (same index by construction)
             self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
-            self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {value};")
+            bits = value
+            if dtype in LOWP_CONVERT:
+                bits = self.lowp_bits.get(str(value)) or f"{LOWP_CONVERT[dtype][1]}({value})"
+            self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {bits};")
         return value
 
     def group_store_index(self, name):
@@ -261,8 +267,8 @@ class CppKernel(ReductionCodegen):
         """The kernel's C++ function (without the prelude include)."""
         ops = CppOps(self)
         body = self.row_column_body(ops) if self.group.columns else self.loop_nest(ops)
-        params = [f"const {cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
-        params += [f"{cpp_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
+        params = [f"const {storage_type(self.buffers[n].dtype)}* {a}" for n, a in self.inputs.items()]
+        params += [f"{storage_type(self.buffers[n].dtype)}* {a}" for n, a in self.outputs.items()]
         self.size_args = size_symbols(body)
         params += [f"int64_t {s}" for s in self.size_args]
         lines = [f'extern "C" int {self.name}({", ".join(params)})', "{", "    int tdbg_status = 0;"]
@@ -397,7 +403,12 @@ class CppOps:
             return self.k.cse(scratch[1], dtype)
         if name in self.k.outputs and self.k.group_store_index(name) != index:
             self.k.unsafe(f"reads {name}, which this kernel writes, at another index")
-        return self.k.cse(f"{self.k.input_arg(name)}[{cexpr(index)}]", dtype)
+        element = f"{self.k.input_arg(name)}[{cexpr(index)}]"
+        if dtype not in LOWP_CONVERT:
+            return self.k.cse(element, dtype)
+        var = self.k.cse(f"{LOWP_CONVERT[dtype][0]}({element})", dtype)
+        self.k.lowp_exact.add(var.name)
+        return var
 
     def constant(self, value, dtype):
         if isinstance(value, sympy.Expr) and not value.is_number:   # a symbolic size (mean's count)
@@ -437,9 +448,26 @@ class CppOps:
         return self.__getattr__("logical_and")(a, b)
 
     def to_dtype(self, x, dtype):
+        """`x` converted as eager converts; a bf16/fp16 value is float here, so a cast from one
+        first rounds it to its dtype (eager's op stored it rounded) unless it is known exact
+        (a load, a rounded value), and a cast to one rounds to nearest even."""
         if x.dtype == dtype:
             return x
+        if x.dtype in LOWP_CONVERT and str(x) not in self.k.lowp_exact:
+            x = self._lowp_round(x, x.dtype)
+        if dtype in LOWP_CONVERT:
+            return self._lowp_round(x, dtype)
         return self.k.cse(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
+
+    def _lowp_round(self, x, dtype):
+        """float(x) rounded to bf16/fp16: its 16 bits (int16_t, the same bits: a store of the
+        value writes them, CppKernel.store) and the float they hold (the value)."""
+        load, store = LOWP_CONVERT[dtype]
+        bits = self.k.cse(f"{store}(static_cast<float>({x}))", torch.int16)
+        var = self.k.cse(f"{load}({bits})", dtype)
+        self.k.lowp_exact.add(var.name)
+        self.k.lowp_bits[var.name] = bits.name
+        return var
 
     def div(self, a, b):
         """a / b; a float divisor computed outside the innermost loop becomes one reciprocal

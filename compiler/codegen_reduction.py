@@ -85,6 +85,8 @@ def _blocked(loop, block):
 def accumulator_dtype(rtype, out_dtype, src_dtype):
     if rtype in ("argmax", "argmin"):
         return src_dtype
+    if rtype in ("sum", "prod") and out_dtype in (torch.bfloat16, torch.float16):
+        return torch.float32    # eager's CPU reductions accumulate low precision in float
     if rtype in ("sum", "prod") and out_dtype.is_floating_point:
         return torch.float64
     return out_dtype

@@ -348,8 +348,12 @@ template <class T> TDBG_INLINE bool tdbg_isinf(T a) {
   if constexpr (tdbg_is_float<T>) { return a == tdbg_limits<T>::infinity() || a == -tdbg_limits<T>::infinity(); }
   else { return false; }
 }
+// float: the sign bit as an int32 compare. g++ 12 ICEs ("unrecognizable insn") vectorizing
+// __builtin_signbit of a float that a bit cast made (a bf16 load).
 template <class T> TDBG_INLINE bool tdbg_signbit(T a) {
-  if constexpr (tdbg_is_float<T>) { return __builtin_signbit(a) != 0; } else { return a < T(0); }
+  if constexpr (tdbg_is_float<T> && sizeof(T) == 4) { return __builtin_bit_cast(int32_t, a) < 0; }
+  else if constexpr (tdbg_is_float<T>) { return __builtin_signbit(a) != 0; }
+  else { return a < T(0); }
 }
 
 // NaN-propagating max/min (torch.maximum / torch.minimum: ties return the first operand).
@@ -525,3 +529,45 @@ template <class T> TDBG_INLINE T tdbg_randn(int64_t seed, int64_t stream, int64_
   double u1 = (static_cast<double>(r.x0) + 1.0) * 0x1p-32, u2 = static_cast<double>(r.x1) * 0x1p-32;
   return static_cast<T>(__builtin_sqrt(-2.0 * __builtin_log(u1)) * __builtin_cos(6.283185307179586 * u2));
 }
+
+// ---- bf16 / fp16 storage (compiler/ops.py LOWP_CONVERT) ----------------------------------------
+// A bf16/fp16 buffer is uint16_t bits in memory; kernels compute on float (as eager's CPU kernels
+// do) and round to nearest even only when storing or casting. Branch-free integer bit casts and
+// selects, so `#pragma omp simd` loops that load or store these types still vectorize.
+TDBG_INLINE float tdbg_bf16_to_float(uint16_t h) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
+}
+// round to nearest even; NaN -> 0xFFFF, the NaN eager's vectorized CPU conversion writes (a
+// NaN's payload could otherwise round to infinity; signbit of it is true in eager too)
+TDBG_INLINE uint16_t tdbg_float_to_bf16(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(f != f ? 0xFFFFu : r);
+}
+#if defined(__FLT16_MAX__) && !defined(TDBG_PORTABLE_F16)
+// g++ >= 12 on x86-64 (and aarch64): IEEE conversions, F16C / AVX512-FP16 vector instructions
+// when -march=native has them (a libgcc call per element otherwise).
+TDBG_INLINE float tdbg_f16_to_float(uint16_t h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
+TDBG_INLINE uint16_t tdbg_float_to_f16(float f) { return __builtin_bit_cast(uint16_t, static_cast<_Float16>(f)); }
+#else
+// Portable IEEE binary16 conversions (exact widening; narrowing rounds to nearest even,
+// overflow -> inf, NaN stays NaN), as selects.
+TDBG_INLINE float tdbg_f16_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, em = h & 0x7FFFu;
+  uint32_t normal = (em << 13) + 0x38000000u;                      // rebias exponent 15 -> 127
+  uint32_t special = (em << 13) | 0x7F800000u;                     // inf / NaN
+  uint32_t sub = __builtin_bit_cast(uint32_t, static_cast<float>(em) * 5.9604644775390625e-08f);  // em * 2^-24
+  uint32_t r = em >= 0x7C00u ? special : (em < 0x0400u ? sub : normal);
+  return __builtin_bit_cast(float, r | sign);
+}
+TDBG_INLINE uint16_t tdbg_float_to_f16(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f), sign = (u >> 16) & 0x8000u;
+  u &= 0x7FFFFFFFu;
+  // |f| < 2^-14: the float add of 0.5 rounds the value to a multiple of 2^-24 (nearest even)
+  uint32_t sub = __builtin_bit_cast(uint32_t, __builtin_bit_cast(float, u) + 0.5f) - 0x3F000000u;
+  uint32_t normal = (u + 0xC8000FFFu + ((u >> 13) & 1u)) >> 13;    // rebias 127 -> 15, round
+  uint32_t big = u > 0x7F800000u ? 0x7E00u : 0x7C00u;              // NaN : overflow to inf
+  uint32_t r = u >= 0x47800000u ? big : (u < 0x38800000u ? sub : normal);
+  return static_cast<uint16_t>(r | sign);
+}
+#endif

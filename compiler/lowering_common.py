@@ -82,6 +82,11 @@ def _out(node):
     return tuple(ir.as_size(s) for s in val.shape), val.dtype
 
 
+def opmath(dtype):
+    """The dtype eager's CPU kernels compute `dtype` values in: float for bf16/fp16."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 def _compute_dtype(args, kind):
     return elementwise_dtypes(*[_meta(a) for a in args], type_promotion_kind=kind)[0]
 

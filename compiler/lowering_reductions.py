@@ -15,7 +15,7 @@ import torch
 
 from . import ir, ops as optable
 from .ir import ComputedBuffer, ExternBuffer, ExternKernel, Reduction, StorageBox, View
-from .lowering_common import LOWERINGS, VIEW_REINDEX, _inject, _out, operand, register_lowering, with_origin
+from .lowering_common import LOWERINGS, VIEW_REINDEX, _inject, _out, operand, opmath, register_lowering, with_origin
 
 aten = torch.ops.aten
 
@@ -80,17 +80,20 @@ def _count(x, dims):
 @register_lowering(aten.mean)
 def lower_mean(g, node, x, dim=None, keepdim=False, *, dtype=None):
     size, out_dtype = _out(node)
-    total = make_reduction(g, node, x, _norm_dims(dim), keepdim, "sum", out_dtype)
+    acc = opmath(out_dtype)     # bf16/fp16: the sum stays float until the mean is stored (as eager)
+    total = make_reduction(g, node, x, _norm_dims(dim), keepdim, "sum", acc)
     n = _count(x, _norm_dims(dim))
     load = total.make_loader()
-    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(load(ops, i), ops.constant(n, out_dtype)))
+    return g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(load(ops, i), ops.constant(n, acc)))
 
 
 def _variance(g, node, x, dim, correction, keepdim, out_dtype):
     """Two passes over x - x0 (x0: the row's first element): the shifted mean, then the sum of
     squared deviations (both reductions share loops). The shift keeps rows of huge, close values
     finite, as eager's Welford does: without it 1e38 * 4 overflows the sum and var is inf, not 0.
+    bf16/fp16 compute in float (opmath) and round only the stored var and mean, as eager.
     Returns (var, mean with the reduced dims kept, n)."""
+    stored, out_dtype = out_dtype, opmath(out_dtype)
     dims = _norm_dims(dim)
     n = _count(x, dims)
     xl = x.make_loader()
@@ -117,12 +120,12 @@ def _variance(g, node, x, dim, correction, keepdim, out_dtype):
     correction = 1 if correction is None else correction
     size = ss.size
     sl = ss.make_loader()
-    var = g.pointwise(node, size, out_dtype, lambda ops, i: ops.div(sl(ops, i), ops.constant(max(n - correction, 0), out_dtype)))
+    var = g.pointwise(node, size, stored, lambda ops, i: ops.div(sl(ops, i), ops.constant(max(n - correction, 0), out_dtype)))
 
     def mean(ops, i):
         avg = ops.div(tl(ops, i), ops.constant(n, out_dtype))
         return ops.add(at(ops, i), avg) if n else avg
-    return var, g.pointwise(node, total.size, out_dtype, mean), n
+    return var, g.pointwise(node, total.size, stored, mean), n
 
 
 @register_lowering(aten.var.correction)

@@ -25,7 +25,22 @@ CPP_TYPES = {
     torch.bool: "bool", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
     torch.int32: "int32_t", torch.int64: "int64_t", torch.float32: "float", torch.float64: "double",
 }
+# bf16 / fp16: values inside a kernel are float (eager's CPU kernels compute these dtypes in float
+# too); memory holds the 16 bits as uint16_t, converted by the prelude's helpers on load and
+# rounded to nearest even on store and on a cast to the dtype (docs/compiler.md "bf16 and fp16").
+CPP_TYPES.update({torch.bfloat16: "float", torch.float16: "float"})
+# {dtype: (load: bits -> float, store: float -> bits rounded)} (cpp_prelude.h)
+LOWP_CONVERT = {
+    torch.bfloat16: ("tdbg_bf16_to_float", "tdbg_float_to_bf16"),
+    torch.float16: ("tdbg_f16_to_float", "tdbg_float_to_f16"),
+}
+STORAGE_TYPES = {**CPP_TYPES, **{d: "uint16_t" for d in LOWP_CONVERT}}
 SUPPORTED_DTYPES = frozenset(CPP_TYPES)
+
+
+def storage_type(dtype: torch.dtype) -> str:
+    """The C++ element type of a kernel pointer to a `dtype` buffer."""
+    return STORAGE_TYPES[dtype]
 
 
 def dtype_class(dtype: torch.dtype) -> str:

@@ -1,4 +1,5 @@
-"""Differential sweep of tdbg's compiler over torch's OpInfo database (float32, CPU).
+"""Differential sweep of tdbg's compiler over torch's OpInfo database (CPU; float32, or
+bfloat16 / float16 samples with `--dtype`).
 
 Per op, a few samples are traced together into one aten graph by AOTAutograd with tdbg's
 decomposition table (as compile_fx does after Dynamo) and compiled with `compile_aten`.
@@ -22,6 +23,11 @@ parent resumes after a dead worker. Fast subset: always on. Full sweep: `-m slow
 its table to `<pytest tmp>/opinfo_sweep.json` and prints the counts. Standalone:
 
     python tests/compiler/test_opinfo.py [--ops neg,add] [--out sweep.json] [--workers 2]
+                                         [--dtype float32|bfloat16|float16]
+
+In bfloat16/float16 the values are judged by minifier.accuracy.compare with that dtype's
+tolerance, or against the float64 reference where eager itself is further off (eager rounds
+every op's result to the dtype; tdbg keeps a fusion's intermediates in float: docs/compiler.md).
 """
 from __future__ import annotations
 
@@ -57,6 +63,11 @@ FAST_OPS = {
     # issue 23 coverage: index.Tensor, prims.rev, scan, pooling, round.decimals, empty factories
     "take": "lowered", "flip": "lowered", "cumsum": "lowered", "nn.functional.avg_pool2d": "lowered",
     "round.decimals_3": "lowered", "signal.windows.hann": "lowered",
+}
+# The fast subset in bfloat16 (float compute in the kernels, rounded stores).
+FAST_OPS_BF16 = {
+    "add": "lowered", "mul": "lowered", "exp": "lowered", "tanh": "lowered", "sum": "lowered",
+    "amax": "lowered", "softmax": "lowered", "nn.functional.layer_norm": "lowered",
 }
 
 
@@ -149,7 +160,7 @@ class _Skip(Exception):
     """The harness cannot judge this op (not a compiler bug); the message is the reason."""
 
 
-def _prepare(op):
+def _prepare(op, dtype="float32"):
     """(fn, inputs, gm, aten outputs, samples, expected, why values vary) for `op`, or raise _Skip."""
     import itertools
 
@@ -158,11 +169,12 @@ def _prepare(op):
         raise _Skip("output unspecified (uninitialised memory): values cannot be compared")
     torch.manual_seed(0)
     try:
-        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=False), SAMPLES_PER_OP))
+        samples = list(itertools.islice(op.sample_inputs("cpu", getattr(torch, dtype), requires_grad=False),
+                                        SAMPLES_PER_OP))
     except Exception as e:
         raise _Skip(f"sample_inputs: {_first_line(e)}")
     if not samples:
-        raise _Skip("no float32 samples")
+        raise _Skip(f"no {dtype} samples")
     traced, reason = _traceable(op, samples)
     if traced is None:
         raise _Skip(f"trace: {reason}")
@@ -189,7 +201,7 @@ def _has_symbolic_shape(val) -> bool:
                or isinstance(t, torch.SymInt) for t in pytree.tree_leaves(val))
 
 
-def check_op(op, config=None) -> dict:
+def check_op(op, config=None, dtype="float32") -> dict:
     """Classify one OpInfo; the row of the sweep table."""
     import torch
 
@@ -204,7 +216,7 @@ def check_op(op, config=None) -> dict:
         return row
 
     try:
-        fn, inputs, gm, aten_out, used, expected, varies = _prepare(op)
+        fn, inputs, gm, aten_out, used, expected, varies = _prepare(op, dtype)
     except _Skip as e:
         return done("skipped", str(e))
     row["samples"] = len(used)
@@ -250,7 +262,7 @@ def _describe(mismatches, samples, aten_out, expected) -> str:
     return "\n".join(lines)
 
 
-def _worker(keys: list, out_path: str) -> None:
+def _worker(keys: list, out_path: str, dtype: str = "float32") -> None:
     """Classify `keys` in order, appending a start line and then the row for each to out_path."""
     from torch.testing._internal.common_methods_invocations import op_db
     warnings.simplefilter("ignore")
@@ -259,16 +271,16 @@ def _worker(keys: list, out_path: str) -> None:
         for key in keys:
             out.write(json.dumps({"start": key}) + "\n")
             out.flush()
-            out.write(json.dumps(check_op(by_key[key])) + "\n")
+            out.write(json.dumps(check_op(by_key[key], dtype=dtype)) + "\n")
             out.flush()
 
 
 # ---------------------------------------------------------------- sweep driver (parent side)
 
-def all_op_keys() -> list:
+def all_op_keys(dtype: str = "float32") -> list:
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
-    return [op_key(op) for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+    return [op_key(op) for op in op_db if getattr(torch, dtype) in op.supported_dtypes("cpu")]
 
 
 def _read_rows(path: str) -> tuple:
@@ -283,13 +295,14 @@ def _read_rows(path: str) -> tuple:
     return rows, started
 
 
-def _run_worker(keys: list, out_path: str, env: dict) -> dict:
+def _run_worker(keys: list, out_path: str, env: dict, dtype: str = "float32") -> dict:
     """Run one worker over `keys`, restarting after a crash or a hang; {key: row}."""
     pending = list(keys)
     rows = {}
     while pending:
         with open(out_path + ".stderr", "w+") as err:
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", out_path, *pending],
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", out_path,
+                                     "--dtype", dtype, *pending],
                                     env=env, stdout=subprocess.DEVNULL, stderr=err)
             _wait(proc, out_path)
             err.seek(0)
@@ -321,8 +334,8 @@ def _wait(proc, out_path: str) -> None:
             proc.wait()
 
 
-def sweep(keys: list, workdir: str, workers: int = 1) -> list:
-    """Rows for `keys` (in order), classified by `workers` parallel worker processes."""
+def sweep(keys: list, workdir: str, workers: int = 1, dtype: str = "float32") -> list:
+    """Rows for `keys` (in order) with `dtype` samples, classified by `workers` parallel worker processes."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("OMP_NUM_THREADS", "1")
     chunks = [keys[i::workers] for i in range(workers)]
@@ -332,7 +345,7 @@ def sweep(keys: list, workdir: str, workers: int = 1) -> list:
             os.unlink(p)
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda a: _run_worker(*a, env), zip(chunks, paths)))
+        parts = list(pool.map(lambda a: _run_worker(*a, env, dtype), zip(chunks, paths)))
     merged = {k: v for part in parts for k, v in part.items()}
     return [merged[k] for k in keys]
 
@@ -364,11 +377,18 @@ def test_fast_subset_lands_in_the_expected_classes(tmp_path):
     assert detail == "output unspecified (uninitialised memory): values cannot be compared"
 
 
+def test_fast_subset_in_bfloat16_is_lowered_and_matches(tmp_path):
+    """bf16 samples: every op runs as generated C++ (no aten fallback) within tolerance of eager."""
+    rows = sweep(list(FAST_OPS_BF16), str(tmp_path), workers=1, dtype="bfloat16")
+    assert not bugs(rows), "compiler bugs found by the bf16 OpInfo sweep:\n" + _format_bugs(rows)
+    assert {r["op"]: r["status"] for r in rows} == FAST_OPS_BF16, json.dumps(rows, indent=1)[:4000]
+
+
 @pytest.mark.parametrize("status,code", [("mismatched", 1), ("failed", 1), ("crashed", 1), ("fell_back", 0),
                                          ("skipped", 0)])
 def test_standalone_sweep_exits_1_on_any_bug(tmp_path, monkeypatch, capsys, status, code):
     row = {"op": "neg", "status": status, "samples": 1, "fallbacks": [], "kernels": 1, "detail": "d", "seconds": 0}
-    monkeypatch.setattr(sys.modules[__name__], "sweep", lambda keys, workdir, workers: [row])
+    monkeypatch.setattr(sys.modules[__name__], "sweep", lambda keys, workdir, workers, dtype: [row])
     assert _main(["--ops", "neg", "--out", str(tmp_path / "sweep.json")]) == code
     assert ("neg [" in capsys.readouterr().out) == bool(code)
 
@@ -402,13 +422,15 @@ def _main(argv=None) -> int:
     parser.add_argument("--ops", help="comma-separated op keys (default: all float32 CPU ops)")
     parser.add_argument("--out", default="opinfo_sweep.json")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the samples' floating dtype (default float32)")
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.keys, args.worker)
+        _worker(args.keys, args.worker, args.dtype)
         return 0
-    keys = args.ops.split(",") if args.ops else all_op_keys()
+    keys = args.ops.split(",") if args.ops else all_op_keys(args.dtype)
     workdir = os.path.dirname(os.path.abspath(args.out))
-    result = summary(sweep(keys, workdir, args.workers))
+    result = summary(sweep(keys, workdir, args.workers, args.dtype))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result["counts"]), "->", args.out)
