@@ -484,6 +484,14 @@ def lower_view(g, node, x, *args, **kwargs):
         if out is not None and torch_compat.is_alias_of(out, m):
             return ReinterpretView(buf, FixedLayout(tuple(out.shape), tuple(out.stride()), layout.dtype,
                                                     out.storage_offset()))
+        # a static buffer viewed with symbolic sizes (expand of a [1, 1] input to [ks0, ks1]): the
+        # meta tensor above cannot take them; the fake tensors' own view can. Copied instead, an
+        # output that aliases an input was no alias, and AOTAutograd's replay of it failed.
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
+            window = _symbolic_window(node, layout)
+            if window is not None:
+                return ReinterpretView(buf, window)
     if reindex is None:
         raise NotImplementedError("as_strided on a non-strided value")
     return View(x, size, reindex(x, size, *args, **kwargs))
