@@ -20,9 +20,24 @@ def _index_plan(ndim, indices):
     result). Eager's rule: the broadcast dims replace the indexed dims in place when those are
     adjacent, and lead the result otherwise."""
     positions = [d for d, t in enumerate(indices) if t is not None]
-    shape = tuple(torch.broadcast_shapes(*[tuple(indices[d].size) for d in positions]))
+    shape = _broadcast_shape([tuple(indices[d].size) for d in positions])
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     return positions, shape, positions[0] if adjacent else 0
+
+
+def _broadcast_shape(sizes) -> tuple:
+    """PyTorch's broadcast of `sizes`, whose entries may be symbolic: a dim is the one size of
+    its column that is not 1 (every other one the same expression or 1). A column whose sizes may
+    differ for some values of the symbols (NotImplementedError: the node stays an aten call)."""
+    ndim = max(len(s) for s in sizes)
+    out = []
+    for col in range(ndim):
+        dims = [s[len(s) - ndim + col] for s in sizes if len(s) - ndim + col >= 0]
+        wide = [d for d in dims if not ir.same(d, 1)]
+        if any(not ir.same(d, wide[0]) for d in wide):
+            raise NotImplementedError(f"index tensors of sizes {sizes} broadcast only for some sizes")
+        out.append(wide[0] if wide else 1)
+    return tuple(out)
 
 
 @register_lowering(aten.index.Tensor)

@@ -301,3 +301,16 @@ def test_a_symbolic_graph_recycles_its_large_buffers_and_grows_them_for_a_larger
         for c, o in zip(copies, out):
             assert torch.equal(c, o)
     assert len(g._call.pool) >= 1
+
+
+def test_advanced_indexing_with_symbolic_sizes_compiles_once():
+    """index.Tensor's broadcast of its index tensors' sizes was torch.broadcast_shapes, which takes
+    ints only: GPT-2's symbolic graph fell back to per-signature copies (8, then aten unfused)."""
+    def fn(x):
+        n, i = x.shape[0], (x[:, 0] > 0).long()        # data-dependent indices in 0..1
+        return x[torch.arange(n - 1, -1, -1), i] * 2 + 1, x[i[:, None], i[None, :2]]
+
+    def args(n):
+        return (torch.randn(n, 8),)
+    g = assert_one_symbolic(run_dynamic(fn, args, sizes=(2, 7, 17, 64)))
+    assert not g.fallback_targets
