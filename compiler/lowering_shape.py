@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .ir import View
-from .lowering_common import _out, _slice, register_lowering
+from .ir import View, as_size
+from .lowering_common import _out, register_lowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -64,7 +64,16 @@ def lower_unsafe_split(g, node, x, split, dim=0):
     dim = dim % max(len(x.size), 1)
     pieces, start = [], 0
     for val in node.meta["val"]:
-        size = tuple(int(s) for s in val.shape)
-        pieces.append(View(x, size, _slice(x, size, dim, start, start + size[dim])))
+        size = tuple(as_size(s) for s in val.shape)   # symbolic pieces: expressions of the size symbols
+        pieces.append(View(x, size, _shifted(dim, start)))
         start += size[dim]
     return pieces
+
+
+def _shifted(dim, start):
+    """Index into a tensor from an index into its piece that starts at `start` along `dim`."""
+    def reindex(index):
+        index = list(index)
+        index[dim] = index[dim] + start
+        return index
+    return reindex
