@@ -24,9 +24,8 @@ def _counters():
     return counters
 
 
-def run_dynamic(fn, make_args, sizes=SIZES, dynamo_dynamic=True, **cfg):
-    """fn compiled by tdbg (capturing each CompiledGraph), called on make_args(n) for each n,
-    checked against eager; returns the compiled graphs."""
+def compile_capturing(fn, dynamo_dynamic=True, **cfg):
+    """(fn compiled by tdbg after a Dynamo reset, the list its CompiledGraphs are appended to)."""
     torch._dynamo.reset()
     _counters().clear()
     graphs = []
@@ -34,7 +33,13 @@ def run_dynamic(fn, make_args, sizes=SIZES, dynamo_dynamic=True, **cfg):
     def inner(gm, inputs, config, **kw):
         graphs.append(compile_aten(gm, inputs, config, **kw))
         return graphs[-1]
-    compiled = torch.compile(fn, backend=make_backend(current().replace(**cfg), inner), dynamic=dynamo_dynamic)
+    return torch.compile(fn, backend=make_backend(current().replace(**cfg), inner), dynamic=dynamo_dynamic), graphs
+
+
+def run_dynamic(fn, make_args, sizes=SIZES, dynamo_dynamic=True, **cfg):
+    """fn compiled by tdbg (capturing each CompiledGraph), called on make_args(n) for each n,
+    checked against eager; returns the compiled graphs."""
+    compiled, graphs = compile_capturing(fn, dynamo_dynamic, **cfg)
     for n in sizes:
         args = make_args(n)
         assert_matches(compiled(*args), fn, args)
@@ -272,14 +277,7 @@ def test_a_symbolic_graph_recycles_its_large_buffers_and_grows_them_for_a_larger
     def fn(x):
         h = torch.tanh(x) * 2
         return torch.softmax(h, -1) + 1, h * h
-    torch._dynamo.reset()
-    _counters().clear()
-    graphs = []
-
-    def inner(gm, inputs, config, **kw):
-        graphs.append(compile_aten(gm, inputs, config, **kw))
-        return graphs[-1]
-    compiled = torch.compile(fn, backend=make_backend(current(), inner), dynamic=True)
+    compiled, graphs = compile_capturing(fn)
     kept = []
     for n in (400, 2000, 64):    # results dropped: each call may reuse the last one's storages
         x = torch.randn(n, 768)
