@@ -27,15 +27,16 @@ DYNAMIC_MODES = ("symbolic", "specialize")
 # spelled out here so that reading the configuration stays torch-free.
 INJECTABLE_OPS = frozenset("""
     _to_copy _unsafe_masked_index_put_accumulate _unsafe_view abs acos acosh add alias all amax amin any arange argmax argmin as_strided
-    asin asinh atan atan2 atanh bernoulli bitwise_and bitwise_left_shift bitwise_not bitwise_or
+    asin asinh atan atan2 atanh avg_pool2d bernoulli bitwise_and bitwise_left_shift bitwise_not bitwise_or
     bitwise_right_shift bitwise_xor cat ceil clamp clamp_max clamp_min clone constant_pad_nd
-    convert_element_type copy copysign cos cosh detach div embedding eq erf erfc exp exp2 expand expm1
-    floor floor_divide fmax fmin fmod frac full full_like gather ge gt hypot index_select iota isinf
+    convert_element_type copy copysign cos cosh cummax cummin cumprod cumsum detach diagonal div embedding empty
+    empty_permuted empty_strided eq erf erfc exp exp2 expand expm1
+    floor floor_divide fmax fmin fmod frac full full_like gather ge gt hypot index index_select iota isinf
     isnan le lgamma lift_fresh_copy log log10 log1p log2 logical_and logical_not logical_or
     logical_xor lt max maximum mean min minimum mul native_dropout native_dropout_backward ne neg permute pow prod
     rand rand_like randn randn_like reciprocal relu remainder
-    reshape round rsqrt scalar_tensor scatter select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
-    t tan tanh transpose trunc uniform unsqueeze var var_mean view where""".split())
+    reshape rev round rsqrt scalar_tensor scatter select sigmoid sign signbit sin sinh slice sqrt squeeze sub sum
+    t tan tanh transpose trunc uniform unsafe_split unsafe_split_with_sizes unsqueeze var var_mean view where""".split())
 
 
 def default_cache_dir() -> str:

@@ -135,6 +135,18 @@ ENTRIES = Table([
       "explain's shapes: a frame's shape guards with where each was made (guards' SLoc), its specializations "
       "(replacements, replacements_slocs, specialization_stacks) and symbol sources (var_to_sources, source_to_var)"),
     E("ShapeGuard", "torch._guards", "ShapeGuard", "explain's shapes: one shape guard (expr, sloc: SLoc)"),
+    # repro.py / replay / minify rebuild a graph's symbolic sizes (repro_templates/runtime.py imports
+    # these itself: a repro runs without tdbg); added 2026-11-26, checked on torch 2.13 only so far
+    E("DimDynamic", "torch.fx.experimental.symbolic_shapes", "DimDynamic",
+      "recompiling a saved graph with its symbolic sizes (DYNAMIC / STATIC dims)", ("2.13.0",)),
+    E("StatefulSymbolicContext", "torch.fx.experimental.symbolic_shapes", "StatefulSymbolicContext",
+      "fake inputs whose sizes are the recorded symbols", ("2.13.0",)),
+    E("ConstantSource", "torch._dynamo.source", "ConstantSource", "a recorded symbol's source", ("2.13.0",)),
+    E("LocalSource", "torch._dynamo.source", "LocalSource", "a recompiled input's source", ("2.13.0",)),
+    E("TensorProperty", "torch._dynamo.source", "TensorProperty", "the SIZE of an input's dim", ("2.13.0",)),
+    E("TensorPropertySource", "torch._dynamo.source", "TensorPropertySource",
+      "an input dim's source, the key of the symbol cache", ("2.13.0",)),
+    E("tracing", "torch._guards", "tracing", "running AOTAutograd on a rebuilt symbolic graph", ("2.13.0",)),
     # ---- ops, dispatch, decompositions, pytrees -----------------------------------------------
     E("OpOverload", "torch._ops", "OpOverload", "aten op overloads in FX graphs"),
     E("OpOverloadPacket", "torch._ops", "OpOverloadPacket", "aten op packets in lowering tables"),

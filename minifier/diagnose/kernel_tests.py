@@ -212,7 +212,7 @@ def node_symbols(gm, inputs) -> dict:
     with the recorded names, so a test's DYNAMIC uses the saved graph's symbols."""
     import sympy
     import torch
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from tdbg.compiler.torch_compat import FakeTensorProp
 
     from tdbg.minifier.artifacts.graph_io import symbolic_dims
     from tdbg.repro_templates.runtime import dynamic_dims, fresh, symbolic_inputs

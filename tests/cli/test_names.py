@@ -137,7 +137,7 @@ def _patch_profile(monkeypatch, seen):
 def _patch_replay(monkeypatch, seen):
     from tdbg.minifier.artifacts import saved_io
     from tdbg.minifier.diagnose import replay
-    graph = types.SimpleNamespace(name="g0_forward_c1", kind="forward")
+    graph = types.SimpleNamespace(name="g0_forward_c1", kind="forward", symbolic_text="")
     monkeypatch.setattr(saved_io, "load_saved", lambda directory: types.SimpleNamespace(graphs=[graph]))
 
     def replay_graph(graph, backend):

@@ -480,7 +480,34 @@ def _check_inductor_cache_dir(cache_dir):
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
 
 
+def _check_dim_dynamic(cls):
+    assert {"DYNAMIC", "STATIC"} <= set(cls.__members__)
+
+
+def _check_stateful_symbolic_context(cls):
+    assert {"dynamic_sizes", "constraint_sizes", "tensor_source",
+            "shape_env_to_source_to_symbol_cache"} <= params(cls)
+
+
+def _check_sources(_):
+    """ConstantSource, LocalSource, TensorProperty and TensorPropertySource as runtime.py uses them."""
+    from tdbg.compiler.torch_compat import ConstantSource, LocalSource, TensorProperty, TensorPropertySource
+    assert ConstantSource("s77").name == "s77"
+    name = TensorPropertySource(LocalSource("input0"), TensorProperty.SIZE, 1).name
+    assert isinstance(name, str) and "input0" in name and "1" in name
+
+
+def _check_tracing(fn):
+    from tdbg.compiler.torch_compat import FakeTensorMode, TracingContext
+    with fn(TracingContext(FakeTensorMode())):
+        assert TracingContext.try_get() is not None
+    assert TracingContext.try_get() is None
+
+
 CHECKS = {
+    "DimDynamic": _check_dim_dynamic, "StatefulSymbolicContext": _check_stateful_symbolic_context,
+    "ConstantSource": _check_sources, "LocalSource": _check_sources, "TensorProperty": _check_sources,
+    "TensorPropertySource": _check_sources, "tracing": _check_tracing,
     "dynamo_cache_entries": _check_cache_entries,
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
     "InstructionTranslator": _check_instruction_translator, "compile_context": _check_compile_context_manager,
@@ -646,7 +673,14 @@ def test_runtime_internals_are_covered():
     leaves = {n for n in used if not any(m.startswith(n + ".") for m in used)}   # longest chains only
     assert leaves == {"torch._dynamo.list_backends", "torch._dynamo.lookup_backend",
                       "torch._subclasses.fake_tensor.FakeTensorMode",
-                      "torch.fx.passes.fake_tensor_prop.FakeTensorProp", "torch._inductor.compile_fx.compile_fx_inner"}
+                      "torch.fx.passes.fake_tensor_prop.FakeTensorProp", "torch._inductor.compile_fx.compile_fx_inner",
+                      # a saved graph recompiled with its symbolic sizes
+                      "torch.fx.experimental.symbolic_shapes.ShapeEnv",
+                      "torch.fx.experimental.symbolic_shapes.DimDynamic",
+                      "torch.fx.experimental.symbolic_shapes.StatefulSymbolicContext",
+                      "torch._dynamo.source.ConstantSource", "torch._dynamo.source.LocalSource",
+                      "torch._dynamo.source.TensorProperty", "torch._dynamo.source.TensorPropertySource",
+                      "torch._guards.TracingContext", "torch._guards.tracing"}
     assert leaves <= targets
 
 

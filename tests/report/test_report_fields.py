@@ -149,9 +149,11 @@ def test_save_io_page_writes_symbolic_dims_as_symbol_and_size(tmp_path):
     import os
     import shutil
 
-    from conftest import DATA
+    # tests/report/data, spelled here: `from conftest import` gets whichever folder's conftest
+    # pytest imported first as "conftest" when several folders run together
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
     folder = tmp_path / "sio"
-    shutil.copytree(os.path.join(DATA, "saved_io"), folder)
+    shutil.copytree(os.path.join(data, "saved_io"), folder)
     meta_path = folder / "g0_forward_c1" / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta.setdefault("replay", {})["dynamic"] = {"arg0_1": ["s77"], "arg1_1": ["s27"]}
