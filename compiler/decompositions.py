@@ -49,7 +49,7 @@ DECOMPOSED = [
     aten.expand_copy, aten.alias_copy, aten.view_copy, aten.permute_copy, aten.t_copy, aten.transpose_copy,
     aten.unsqueeze_copy, aten.squeeze_copy, aten.narrow_copy, aten.unbind_copy,
     aten.slice_scatter, aten.select_scatter, aten.logaddexp2, aten.sinc, aten.sgn,
-    aten.celu, aten._prelu_kernel, aten.binary_cross_entropy_with_logits, aten.soft_margin_loss,
+    aten.celu, aten._prelu_kernel, aten.binary_cross_entropy_with_logits,
     aten.nll_loss2d_forward, aten.addr, aten.block_diag, aten.dist, aten.rot90, aten.trace, aten.zero,
     aten.fill, aten.count_nonzero, aten.pixel_shuffle, aten.pixel_unshuffle, aten.channel_shuffle,
     aten.special_xlog1py, aten.special_entr, aten.renorm, aten.ldexp,
@@ -58,6 +58,8 @@ DECOMPOSED = [
     aten.logspace, aten.linalg_cross, aten.new_empty,
     aten.empty_like, aten._unsafe_masked_index, aten.im2col,
     aten.max_pool2d_with_indices, aten._batch_norm_with_update_functional,
+    # (not soft_margin_loss: torch's decomposition computes in float32 where eager's fp16 kernel
+    # rounds exp() to fp16: eager gives inf, the decomposition 7.64, a mismatch against eager)
     # random: the distributions' transforms of uniform samples, drawn by lowering_random
     aten.cauchy, aten.exponential, aten.geometric, aten.log_normal,
 ]
