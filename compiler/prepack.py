@@ -10,11 +10,15 @@ Inductor does this only under `freezing`, where weights become constants; tdbg k
 inputs and packs at run time:
 
 - `rewrite(kernel, kind, config)` (a PACKERS row per aten target) says whether an extern call
-  qualifies: an inference graph, float32, the weight a graph input. A linear (`addmm`, `mm`)
-  needs B to be the transpose of a contiguous [N, K] input, at least MIN_ROWS rows (below that
-  packing measured no faster), beta = alpha = 1 and a 1-d bias or none; a convolution needs 2-d,
-  not transposed, a channels_last input (what layout planning gives), a dense weight;
-- `PackedWeights.linear/conv(slot, ...)` (called by output_code.py) packs on first use and again
+  qualifies: an inference graph, the weight a graph input. A linear (`addmm`, `mm`) needs B to be
+  the transpose of a contiguous [N, K] input (nn.Linear) or a contiguous [K, N] input itself
+  (GPT-2's Conv1D), beta = alpha = 1 and a 1-d bias or none, and a
+  LINEAR_PACKINGS row for its dtype and row count: float32 with a static row count packs for
+  MKL (`linear`); a symbolic row count (a graph compiled once for every sequence length), bf16 and
+  fp16 reorder for oneDNN (`dnn_linear`), whose packed weight serves every row count. A
+  convolution needs float32, 2-d, not transposed, a channels_last input (what layout planning
+  gives), a dense weight;
+- `PackedWeights.linear/dnn_linear/conv(slot, ...)` (called by output_code.py) packs on first use and again
   whenever the weight is not the same tensor, storage or version as when packed (for a
   convolution also the input shape): every in-place write to the weight (an optimizer step,
   `load_state_dict`, `copy_` or `mul_` under no_grad) bumps its version. Writes through `w.data`
@@ -32,7 +36,7 @@ from typing import Optional
 
 import torch
 
-from .ir import InputBuffer, ReinterpretView, is_static
+from .ir import InputBuffer, ReinterpretView, SymbolicUnsupported, hint, is_static
 
 aten = torch.ops.aten
 MIN_ROWS = 8          # packed vs plain sgemm, [768, 768] weight: 0.04 vs 0.03 ms at 1-2 rows, 0.06 vs 0.07 at 8
@@ -42,9 +46,6 @@ MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to m
 # than this many times its weight runs plain (tdbg memory: a 1 MiB BERT's compiled peak was 94 MiB).
 MAX_PACKED_RATIO = 2.5
 _PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
-# A packed weight serves one row count (PackedWeights repacks when it changes): a symbolic row
-# count (a graph compiled once for every sequence length) would repack at every new length, so
-# such linears stay plain addmm/mm.
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:
@@ -58,22 +59,34 @@ def rewrite(kernel, kind: str, config) -> Optional[tuple]:
 
 def _linear(a_at, b_at, bias_at):
     def pack(kernel):
-        if not mkl_available():
-            return None
         args = kernel.args
         a, b = args[a_at], args[b_at]
         bias = args[bias_at] if bias_at is not None else None
-        if any(kernel.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(args) > 3:
+        if any(kernel.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(args) > 3 or len(a.size) != 2:
             return None
-        weight = _transposed_input(b)
-        if weight is None or a.dtype != torch.float32 or len(a.size) != 2 or not is_static(a.size[0]) \
-                or a.size[0] < MIN_ROWS:
+        weight, kn = _weight_input(b, a.dtype)
+        n = weight.size[1 if kn else 0] if weight is not None else None
+        if weight is None or not _vector(bias, n, a.dtype):
             return None
-        n, k = weight.size
-        if n * k < MIN_WEIGHT or not _vector(bias, n):
-            return None
-        return "linear", (a, weight, bias)
+        row = _linear_packing(a.dtype, a.size[0], weight.size[0] * weight.size[1])
+        return None if row is None else (row[2], (a, weight, bias, kn))
     return pack
+
+
+def _linear_packing(dtype, rows, weight_elements):
+    """The LINEAR_PACKINGS row serving a linear of this dtype, row count and weight size, or None."""
+    static = is_static(rows)
+    for row in LINEAR_PACKINGS:
+        r_dtype, r_rows, _, available, min_weight, min_rows = row
+        if r_dtype != dtype or r_rows != "any" and (r_rows == "static") != static:
+            continue
+        # symbolic sizes are judged on their example's values (a heuristic; the kernel is generic)
+        try:
+            big_enough = hint(rows) >= min_rows and hint(weight_elements) >= min_weight
+        except SymbolicUnsupported:
+            return None
+        return row if big_enough and available() else None
+    return None
 
 
 def _conv(kernel):
@@ -91,23 +104,31 @@ def _conv(kernel):
     return "conv", (x, w, bias, list(padding), list(stride), list(dilation), groups)
 
 
-def _transposed_input(b):
-    """The graph input W ([N, K], contiguous) when `b` is the view W.t(), else None."""
+def _weight_input(b, dtype):
+    """(W, kn) when B is a graph input's weight: (W, False) for the view W.t() of a contiguous
+    [N, K] input (nn.Linear), (W, True) for a contiguous [K, N] input itself (GPT-2's Conv1D);
+    (None, False) otherwise."""
+    if isinstance(b, InputBuffer):
+        return (b, True) if b.dtype == dtype and len(b.size) == 2 and _contiguous(b.layout, b.size) else (None, False)
     if not isinstance(b, ReinterpretView) or not isinstance(b.buffer, InputBuffer):
-        return None
+        return None, False
     w = b.buffer
-    if w.dtype != torch.float32 or len(w.size) != 2 or tuple(w.layout.stride) != (w.size[1], 1):
-        return None
+    if w.dtype != dtype or len(w.size) != 2 or not _contiguous(w.layout, w.size):
+        return None, False
     n, k = w.size
     lay = b.layout
     if tuple(lay.size) != (k, n) or tuple(lay.stride) != (1, k) or lay.offset != 0:
-        return None
-    return w
+        return None, False
+    return w, False
 
 
-def _vector(bias, n) -> bool:
-    """No bias, or a float32 one of shape [n]."""
-    return bias is None or (tuple(bias.size) == (n,) and bias.dtype == torch.float32)
+def _contiguous(layout, size) -> bool:
+    return tuple(layout.stride) == (size[1], 1) and getattr(layout, "offset", 0) == 0
+
+
+def _vector(bias, n, dtype=torch.float32) -> bool:
+    """No bias, or one of shape [n] and `dtype`."""
+    return bias is None or (tuple(bias.size) == (n,) and bias.dtype == dtype)
 
 
 def _nhwc(x) -> bool:
@@ -128,11 +149,53 @@ def mkldnn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_convolution_pointwise")
 
 
+def _dnn_linear_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def _dnn_bf16() -> bool:
+    """oneDNN runs bf16 GEMMs natively (AVX512-BF16/AMX or AVX-512 emulation), as eager's addmm does."""
+    return _dnn_linear_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def _dnn_fp16() -> bool:
+    return _dnn_linear_available() and torch.ops.mkldnn._is_mkldnn_fp16_supported()
+
+
+# Which packed GEMM serves an inference linear: (dtype, row count, PackedWeights method, available,
+# min weight elements, min rows). Rows are tried in order; the first of the dtype and row kind decides.
+# MKL's packed weight serves one row count (repacked when it changes), oneDNN's any (packed with no
+# batch size). Measured 2026-11-27, 2-core AVX-512/AMX Xeon, 2 threads, ms per call, plain addmm vs
+# packed: float32 [3072, 768] at 77 rows 1.37 vs MKL 1.06 / oneDNN 1.11, but oneDNN's ~0.017 ms
+# per call loses on small weights ([128, 128]: 0.006 vs 0.021) and below ~16 rows; bf16 (eager's
+# addmm is oneDNN reordering the weight every call, the same bits) [3072, 768] 0.35 vs 0.21 at 77
+# rows, 0.16 vs 0.09 at 1, [128, 128] 0.026 vs 0.020; fp16 loses at 1 row (0.16 vs 0.20).
+LINEAR_PACKINGS = (
+    (torch.float32, "static", "linear", mkl_available, MIN_WEIGHT, MIN_ROWS),
+    (torch.float32, "symbolic", "dnn_linear", _dnn_linear_available, 1 << 19, 16),
+    (torch.bfloat16, "any", "dnn_linear", _dnn_bf16, MIN_WEIGHT, 1),
+    (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4),
+)
+
 PACKERS = {
     aten.addmm.default: _linear(1, 2, 0),
     aten.mm.default: _linear(0, 1, None),
     aten.convolution.default: _conv,
 }
+
+
+def _mkl_pack(w: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+    """`w` packed by MKL for `rows` rows, or None when the copy would exceed MAX_PACKED_RATIO
+    times `w` (the shape is then remembered, so it is packed once per process)."""
+    shape = (*w.shape, rows)
+    if shape in _PLAIN:
+        return None
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(w.contiguous(), rows)
+    if packed.numel() * packed.element_size() > MAX_PACKED_RATIO * w.nbytes:
+        _PLAIN.add(shape)
+        return None
+    return packed
 
 
 class PackedWeights:
@@ -141,31 +204,38 @@ class PackedWeights:
     def __init__(self):
         self.slots = {}
 
-    def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor]):
-        """x @ w.t() + bias, with `w` packed for x's row count (repacked when `w` changed); plain
-        addmm/mm (the graph's own op) when the packed copy would exceed MAX_PACKED_RATIO."""
-        rows = x.shape[0]
-        held = self.slots.get(slot)
-        if held is None or held[0]() is not w or held[1] != (w.data_ptr(), w._version, rows):
-            shape = (*w.shape, rows)
-            packed = None if shape in _PLAIN else torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
-            if packed is not None and packed.numel() * packed.element_size() > MAX_PACKED_RATIO * w.nbytes:
-                packed = None   # dropped now; the shape is remembered, so it is packed once per process
-                _PLAIN.add(shape)
-            held = (weakref.ref(w), (w.data_ptr(), w._version, rows), packed)
-            self.slots[slot] = held
-        if held[2] is None:
-            return torch.mm(x, w.t()) if bias is None else torch.addmm(bias, x, w.t())
-        return torch.ops.mkl._mkl_linear(x, held[2], w, bias, rows)
+    def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], kn: bool = False):
+        """x @ W.t() + bias (W = w, or w.t() when `kn`: w stored [K, N]), with W packed for x's
+        row count (repacked when `w` changed); plain addmm/mm (the graph's own op) when the
+        packed copy would exceed MAX_PACKED_RATIO."""
+        rows, wt = x.shape[0], (w.t() if kn else w)
+        packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
+        if packed is None:
+            return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
+        return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
+
+    def dnn_linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
+                   kn: bool = False):
+        """x @ W.t() + bias (W as for `linear`) through oneDNN on W reordered once for every row
+        count (a symbolic one included); in bf16/fp16 within one ulp of eager's addmm (the bits
+        where eager's is oneDNN on the same layout)."""
+        packed = self._held(slot, w, (), lambda: torch.ops.mkldnn._reorder_linear_weight(w.t() if kn else w, None))
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
     def conv(self, slot: int, x, w, bias, padding, stride, dilation, groups):
         """aten.convolution(x, w, bias, stride, padding, dilation, False, [0, 0], groups) through
         oneDNN on `w` reordered once into the blocked format it wants for x's shape."""
-        held = self.slots.get(slot)
-        key = (w.data_ptr(), w._version, tuple(x.shape))
-        if held is None or held[0]() is not w or held[1] != key:
-            packed = torch.ops.mkldnn._reorder_convolution_weight(w, padding, stride, dilation, groups, list(x.shape))
-            held = (weakref.ref(w), key, packed)
-            self.slots[slot] = held
-        return torch.ops.mkldnn._convolution_pointwise(x, held[2], bias, padding, stride, dilation, groups,
+        packed = self._held(slot, w, tuple(x.shape), lambda: torch.ops.mkldnn._reorder_convolution_weight(
+            w, padding, stride, dilation, groups, list(x.shape)))
+        return torch.ops.mkldnn._convolution_pointwise(x, packed, bias, padding, stride, dilation, groups,
                                                        "none", [], "")
+
+    def _held(self, slot: int, w: torch.Tensor, extra: tuple, make):
+        """The slot's packed copy of `w`, made again by `make()` when `w` is another tensor, was
+        written in place (its version), or `extra` (what the packing depends on) changed."""
+        held = self.slots.get(slot)
+        key = (w.data_ptr(), w._version, extra)
+        if held is None or held[0]() is not w or held[1] != key:
+            held = (weakref.ref(w), key, make())
+            self.slots[slot] = held
+        return held[2]

@@ -159,3 +159,31 @@ def test_dtype_casts_weights_and_floating_inputs_only(dtype, torch_dtype):
     net, (ids,) = m.build(m.BY_NAME[MODEL], True, dtype=dtype)
     assert {p.dtype for p in net.parameters()} == {torch_dtype} and ids.dtype == torch.int64
     assert m.parse_args(["--dtype", dtype, "--dynamic"]).modes == ["dynamic"]
+
+
+def test_dynamic_summary_judges_compile_cost_by_the_sweep():
+    """In the dynamic mode the timed sizes compile nothing; what compiling cost is the sweep's wall
+    time, so the summary's compile ratio is the sweep's (tdbg 4 s vs Inductor 10 s: 0.40x)."""
+    m = _models()
+    rows = [dict(model="a len 77", mode="dynamic", backend=backend, status="ok", error=None, median_s=t,
+                 time_vs_inductor=t / 2.0, speedup_vs_eager=3.0 / t, compile_s=0.002,
+                 dynamic=dict(seen=[32, 40], sweep_s=sweep))
+            for backend, t, sweep in (("eager", 3.0, 0.5), ("torch:inductor", 2.0, 10.0), ("tdbg", 1.5, 4.0))]
+    s = m.summary(rows, ["dynamic"])
+    assert s["dynamic"]["compile_vs_inductor"] == pytest.approx(0.4)
+    assert m.summary_lines(s) == [
+        "dynamic: tdbg/inductor time geomean 0.75x over 1 models (goal <= 0.9); tdbg/eager 0.50x; "
+        "the sweep (compiling) tdbg/inductor 0.40x (goal <= 0.4); slower than eager: none; failed or wrong: none"]
+
+
+def test_sets_name_disjoint_models_and_every_held_out_model_builds_and_runs():
+    """`--set held-out` is models the compiler was not tuned on: none of them is in the zoo, and
+    each builds from its tiny config and gives logits in eager."""
+    m = _models()
+    assert not {z.name for z in m.ZOO} & {z.name for z in m.HELD_OUT}
+    assert m.SETS["all"] == m.ZOO + m.HELD_OUT
+    with torch.no_grad():
+        for zm in m.HELD_OUT:
+            net, inputs = m.build(zm, True)
+            out = net(*inputs)
+            assert out.dim() >= 2 and bool(out.isfinite().all()), zm.name

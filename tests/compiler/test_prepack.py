@@ -162,3 +162,80 @@ def test_a_linear_runs_plain_when_its_packed_copy_would_be_too_large_and_the_sha
         assert torch.equal(prepack.PackedWeights().linear(0, x, w.clone(), b), out)
     else:
         torch.testing.assert_close(out, torch.addmm(b, x, w.t()))
+
+
+def _linear_case(dtype, layout="nk"):
+    """(fn, inputs) for a LINEAR_PACKINGS row: a linear of `dtype`, 32 rows, a [1024, 512]
+    weight (over every row's minimum), stored [N, K] as nn.Linear's or [K, N] as GPT-2's Conv1D."""
+    x, w, b = randn(32, 512), randn(1024, 512, seed=1, scale=0.05), randn(1024, seed=2)
+    if layout == "kn":
+        return (lambda x, w, b: torch.addmm(b, x, w).relu()), tuple(t.to(dtype) for t in (x, w.t().contiguous(), b))
+    return (lambda x, w, b: F.linear(x, w, b).relu()), tuple(t.to(dtype) for t in (x, w, b))
+
+
+def _ulps_from(got, expected):
+    """Per element, |got - expected| in units of `expected`'s dtype's spacing at expected."""
+    spacing = torch.nextafter(expected.abs(), torch.tensor(float("inf"), dtype=expected.dtype)) - expected.abs()
+    return ((got.double() - expected.double()).abs() / spacing.double()).max().item()
+
+
+def _compile_capturing(fn, dynamic):
+    """fn under torch.compile(backend=tdbg, dynamic=...), and the list of its CompiledGraphs."""
+    from tdbg.compiler import make_backend
+    graphs = []
+
+    def inner(gm, ins, config, **kw):
+        graphs.append(compile_aten(gm, ins, config, **kw))
+        return graphs[-1]
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=make_backend(current(), inner), dynamic=dynamic), graphs
+
+
+# (row, how its linear is compiled, weight layout): "any" rows are tried with static and with
+# symbolic rows, each row with both weight layouts
+ROW_CASES = [(row, rows, layout) for row in prepack.LINEAR_PACKINGS
+             for rows in (("static", "symbolic") if row[1] == "any" else (row[1],)) for layout in ("nk", "kn")]
+
+
+@pytest.mark.parametrize("row,rows,layout", ROW_CASES, ids=[f"{r[0]}-{k}-{lay}" for r, k, lay in ROW_CASES])
+def test_each_linear_packing_row(row, rows, layout, monkeypatch):
+    """Each row's linear runs its PackedWeights method where the row is available (the plain
+    aten op where not), packs its weight once for every row count, and gives eager's answer:
+    float32 within float32 tolerance of float64, bf16/fp16 within one ulp of eager's addmm (the
+    same oneDNN GEMM on a weight reordered once instead of every call)."""
+    dtype, _, method, available = row[:4]
+    fn, inputs = _linear_case(dtype, layout)
+    packs = []
+    held = prepack.PackedWeights._held
+    monkeypatch.setattr(prepack.PackedWeights, "_held", lambda self, slot, w, extra, make: held(
+        self, slot, w, extra, lambda: packs.append(extra) or make()))
+    compiled, graphs = _compile_capturing(fn, dynamic=rows == "symbolic")
+    with torch.no_grad():
+        for n in ((32,) if rows == "static" else (32, 19, 57)):
+            args = (randn(n, 512).to(dtype), *inputs[1:])
+            got = compiled(*args)
+            if dtype == torch.float32:
+                check(fn, lambda *a: got, *args)
+            else:
+                assert _ulps_from(got, fn(*args)) <= 1.0
+    torch._dynamo.reset()
+    assert len(graphs) == 1 and bool(graphs[0].size_symbols) == (rows == "symbolic")
+    source = graphs[0].source_code
+    if available():
+        assert f"_packed.{method}(0," in source and "aten.addmm" not in source
+        assert len(packs) == 1   # one packed copy serves every length
+    else:
+        assert "_packed." not in source and "aten.addmm" in source
+
+
+def test_a_symbolic_row_count_below_the_rows_minimum_runs_plain():
+    """Symbolic rows are judged by their example's value: a float32 linear first seen (and
+    compiled symbolically) at 2 rows stays plain addmm, where oneDNN's per-call cost loses."""
+    fn, (x, w, b) = _linear_case(torch.float32)
+    compiled, graphs = _compile_capturing(fn, dynamic=True)
+    with torch.no_grad():
+        for n in (2, 3):
+            x = randn(n, 512)
+            check(fn, compiled, x, w, b)
+    torch._dynamo.reset()
+    assert graphs[-1].size_symbols and "_packed." not in graphs[-1].source_code
