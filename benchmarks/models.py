@@ -726,8 +726,8 @@ def dynamic_lines(rows: list) -> list:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", action="append", choices=sorted(BY_NAME), help="run only this model (repeatable)")
-    p.add_argument("--set", dest="model_set", choices=sorted(SETS), default="zoo",
-                   help="which models without --only: the zoo, the held-out models, or all")
+    p.add_argument("--set", dest="model_set", choices=sorted(SETS),
+                   help="which models: the zoo (the default), the held-out models, or all; not with --only")
     p.add_argument("--tiny", action="store_true", help="tiny configs and few repeats (smoke runs, tests)")
     p.add_argument("--modes", default="inference,training", help="comma-separated: " + ", ".join(MODES))
     p.add_argument("--dynamic", action="store_true", help="the dynamic mode alone (= --modes dynamic)")
@@ -743,6 +743,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes takes a comma-separated subset of {', '.join(MODES)}; got {bad or 'nothing'}")
+    if args.only and args.model_set:
+        p.error("--only and --set both choose the models: give one (--only takes any model of any set)")
     return args
 
 
@@ -757,7 +759,7 @@ def main(argv=None) -> dict:
                    dtype=args.dtype)
     if args.repeat is not None:
         changes["repeat"] = args.repeat
-    models = [BY_NAME[n] for n in args.only] if args.only else list(SETS[args.model_set])
+    models = [BY_NAME[n] for n in args.only] if args.only else list(SETS[args.model_set or "zoo"])
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     try:
         payload = run(models, args.modes, backends, Settings(**changes), shapes_for(args),

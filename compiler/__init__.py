@@ -220,11 +220,16 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
     if not (_static(example_inputs) and _static(_node_values(aten_gm))):
         targets = [str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"]
-        if _data_dependent(aten_gm):
-            log.info("%s: data-dependent shapes; running the aten graph unchanged", graph_name)
+        reason = "config.dynamic is 'specialize'"
+        if _data_dependent(aten_gm):   # no signature pins these sizes: symbolic, or aten as it is
+            compiled = None
+            if config.dynamic == "symbolic":
+                compiled, reason = _compile_symbolic(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
+            if compiled is not None:
+                return compiled
+            log.info("%s: data-dependent shapes; running the aten graph unchanged (%s)", graph_name, reason)
             return CompiledGraph(graph_name, lambda args: _flat(aten_gm(*args)), spec, kind=kind,
                                  fallback_targets=targets)
-        reason = "config.dynamic is 'specialize'"
         if config.dynamic == "symbolic":
             compiled, reason = _compile_symbolic(aten_gm, example_inputs, config, graph_name, kind, trace, spec)
             if compiled is not None:

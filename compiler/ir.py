@@ -119,17 +119,23 @@ class SymbolicUnsupported(Exception):
     """A lowering or planning step that cannot be done for symbolic sizes (the reason)."""
 
 
+UNBACKED_HINT = 4096   # what heuristics assume a data-dependent size is (Inductor's fallback is 8192)
+
+
 class ShapeSymbols:
     """The kernel size symbols of one compilation: ShapeEnv symbol -> ks<i>, their hints, and
-    where the wrapper reads each one at call time (`sources`: ks symbol -> (placeholder, kind,
-    dim) with kind "size", "stride" or "scalar")."""
+    where the wrapper reads each one at call time (`sources`: ks symbol -> (name, kind, dim) with
+    kind "size", "stride" or "scalar" of a placeholder, read on entry, or "output": the size of
+    an extern call's output, read right after that call: a data-dependent size)."""
 
     def __init__(self, expr_of=None, replace=None, hint_of=None):
         # torch_compat's accessors of a SymInt's expression and of its ShapeEnv
         self.expr_of, self.replace, self.hint_of = expr_of, replace, hint_of
         self.symbols: dict = {}      # ShapeEnv symbol -> ks symbol
         self.hints: dict = {}        # ks symbol -> int
-        self.sources: dict = {}      # ks symbol -> (placeholder name, kind, dim)
+        self.sources: dict = {}      # ks symbol -> (placeholder or extern output name, kind, dim)
+        self.unbacked: set = set()   # ks symbols of data-dependent sizes
+        self.asserts: list = []      # (relation over ks symbols, message): checked by the wrapper
 
     def convert(self, expr):
         """A ShapeEnv expression as an expression over ks symbols (new symbols get one)."""
@@ -138,11 +144,35 @@ class ShapeSymbols:
         for s in sorted(expr.free_symbols, key=str):
             if s not in self.symbols:
                 hint = self.hint_of(s) if self.hint_of is not None else None
+                # a data-dependent (unbacked) size may be 0 and has no example value: heuristics
+                # plan on UNBACKED_HINT; the wrapper reads it from the output that has it
+                # (sources kind "output"), or the compilation is refused there
+                ks = sympy.Symbol(f"ks{len(self.symbols)}", integer=True,
+                                  **({"positive": True} if hint is not None else {"nonnegative": True}))
                 if hint is None:
-                    raise SymbolicUnsupported(f"size symbol {s} has no hint (data-dependent)")
-                ks = sympy.Symbol(f"ks{len(self.symbols)}", integer=True, positive=True)
-                self.symbols[s], self.hints[ks] = ks, int(hint)
+                    self.unbacked.add(ks)
+                self.symbols[s], self.hints[ks] = ks, int(hint if hint is not None else UNBACKED_HINT)
         return sympy.expand(_exact_divisions(expr.xreplace(self.symbols)))
+
+
+    def relation(self, value):
+        """A torch.SymBool (a comparison of sizes) as a sympy relation over ks symbols."""
+        expr = sympy.sympify(self.expr_of(value))
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        if not isinstance(expr, sympy.core.relational.Relational):
+            raise SymbolicUnsupported(f"size condition {expr} is no comparison")
+        return type(expr)(self.convert(expr.lhs), self.convert(expr.rhs))
+
+    def add_assert(self, condition, message: str) -> None:
+        """A runtime check of sizes; one that holds for every size is dropped, one that fails for
+        every size is refused (the graph would always raise)."""
+        if condition in (True, sympy.true):
+            return None
+        if condition in (False, sympy.false):
+            raise SymbolicUnsupported(f"size check always fails: {message}")
+        self.asserts.append((condition, message))
+        return None
 
 
 _SHAPES: list = []   # the ShapeSymbols of the compilation running (a stack; compiles hold Dynamo's lock)

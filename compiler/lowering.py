@@ -170,6 +170,10 @@ class GraphLowering(torch.fx.Interpreter):
         val = node.meta.get("val")
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) and current_shapes() is not None:
             return as_size(val)   # size arithmetic (sym_size, mul, ...): an expression over the size symbols
+        if target in RUNTIME_ASSERTS and current_shapes() is not None:
+            return current_shapes().add_assert(args[0], args[1] if len(args) > 1 else "")
+        if isinstance(val, torch.SymBool) and _only_asserted(node) and current_shapes() is not None:
+            return current_shapes().relation(val)
         if isinstance(val, (torch.SymFloat, torch.SymBool)):
             raise SymbolicUnsupported(f"{node.name} computes a symbolic {type(val).__name__}")
         if target is operator.getitem:
@@ -321,12 +325,26 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(val, torch.Tensor):
             layout = FixedLayout(tuple(map(as_size, val.shape)), tuple(map(as_size, val.stride())), val.dtype)
             name = kernel.name if expr == kernel.name else f"{kernel.name}_{len(kernel.outputs)}"
+            shapes = current_shapes()
+            for d, size in enumerate(layout.size):   # a data-dependent size is known once this runs
+                if shapes is not None and size in shapes.unbacked:
+                    shapes.sources.setdefault(size, (name, "output", d))
             buf = self.register(ExternBuffer(name, layout, kernel, expr))
             kernel.outputs.append(buf)
             return buf
         if isinstance(val, (list, tuple)):
             return type(val)(self._extern_outputs(kernel, v, f"{expr}[{i}]") for i, v in enumerate(val))
         return val
+
+
+# Dynamo's runtime checks on sizes (its range asserts on data-dependent sizes, u0 >= 0, and the
+# user's torch._check on sizes): the wrapper checks each once its sizes are read (ShapeSymbols.asserts)
+RUNTIME_ASSERTS = {torch.ops.aten._assert_scalar.default}
+
+
+def _only_asserted(node) -> bool:
+    """A SymBool node whose every user is a runtime assert."""
+    return bool(node.users) and all(u.target in RUNTIME_ASSERTS for u in node.users)
 
 
 def memory_order(layout) -> tuple:

@@ -239,6 +239,7 @@ class WrapperCodegen:
         self.graph_number = graph_number
         self.lines = []
         self.sizes = ir.current_shapes()   # ShapeSymbols of a symbolic compilation, else None
+        self._read, self._checked = set(), set()   # size symbols read so far, size checks emitted
         if self.sizes is not None:
             missing = sorted(str(s) for s in self.sizes.hints if s not in self.sizes.sources)
             if missing:
@@ -251,6 +252,8 @@ class WrapperCodegen:
         self.aten_calls = {}   # "op.overload" -> torch binding name or None, filled by _extern_call
         self.allocated = set()   # buffers allocated by this graph (storage offset 0), filled by _alloc
         body = self._body()
+        if self.sizes and len(self._checked) != len(self.sizes.asserts):
+            raise SymbolicUnsupported("a runtime size check on sizes this graph never reads")
         head = [f"# tdbg output code for graph {self.name}",
                 "# Run `python output_code.py` to time this graph on random inputs.",
                 "import torch", "from torch import empty_strided",
@@ -299,8 +302,11 @@ class WrapperCodegen:
         self.line("args.clear()")
         for sym, (name, kind, dim) in sorted(self.sizes.sources.items(), key=lambda kv: str(kv[0])) \
                 if self.sizes else ():   # the size symbols of this call (ir.ShapeSymbols)
-            self.line(f"{sym} = " + {"size": f"{name}.size({dim})", "stride": f"{name}.stride({dim})",
-                                     "scalar": f"int({name})"}[kind])
+            if kind != "output":   # data-dependent sizes are read after the call that makes them
+                self.line(f"{sym} = " + {"size": f"{name}.size({dim})", "stride": f"{name}.stride({dim})",
+                                         "scalar": f"int({name})"}[kind])
+                self._read.add(sym)
+        self._size_checks()
         for b in self.graph_inputs:
             if not hasattr(b, "constant"):
                 self._restride(b)
@@ -424,11 +430,24 @@ class WrapperCodegen:
         self.line(f"{kernel.name} = _packed.{method}({slot}, {args})  # FX: {kernel.node.name} (packed weight)")
         self._extern_outputs(kernel)
 
+    def _size_checks(self):
+        """Each runtime check of sizes (ShapeSymbols.asserts) once every size in it is read."""
+        for i, (cond, message) in enumerate(self.sizes.asserts if self.sizes else ()):
+            if i not in self._checked and cond.free_symbols <= self._read:
+                self._checked.add(i)
+                self.line(f"if not ({pysize(cond.lhs)} {cond.rel_op} {pysize(cond.rhs)}): "
+                          f"raise RuntimeError({message!r})")
+
     def _extern_outputs(self, kernel):
         """Name each output of an extern call and give it the strides the graph expects."""
         for out in kernel.outputs:
             if out.expr != out.name:
                 self.line(f"{out.name} = {out.expr}")
+            for sym, (name, kind, dim) in (self.sizes.sources.items() if self.sizes else ()):
+                if kind == "output" and name == out.name:
+                    self.line(f"{sym} = {name}.size({dim})  # data-dependent")
+                    self._read.add(sym)
+                    self._size_checks()
             self._restride(out)
 
 

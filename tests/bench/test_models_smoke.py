@@ -187,3 +187,10 @@ def test_sets_name_disjoint_models_and_every_held_out_model_builds_and_runs():
             net, inputs = m.build(zm, True)
             out = net(*inputs)
             assert out.dim() >= 2 and bool(out.isfinite().all()), zm.name
+
+
+def test_only_and_set_together_are_one_clear_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _models().parse_args(["--set", "held-out", "--only", MODEL])
+    assert exit_info.value.code == 2
+    assert "--only and --set both choose the models" in capsys.readouterr().err
