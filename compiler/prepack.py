@@ -26,9 +26,8 @@ inputs and packs at run time:
   `pack_weights=False` (TDBG_PACK_WEIGHTS=0, `tdbg bisect`'s `prepack` row) turns it off.
 
 The packed copies live as long as the compiled graph: about one more copy of every packed weight,
-plus MKL's fixed ~7.5 MiB each; a linear whose MKL-packed copy would exceed MAX_PACKED_RATIO
-times its weight is decided at its first call to run on oneDNN's reordered copy (no fixed
-overhead) or, below DNN_MIN_MACS, plain (the graph's own addmm/mm).
+plus MKL's fixed ~7.5 MiB each; a linear whose packed copy would exceed MAX_PACKED_RATIO times its
+weight is decided at its first call to run plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
 
@@ -47,11 +46,6 @@ MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to m
 # than this many times its weight runs plain (tdbg memory: a 1 MiB BERT's compiled peak was 94 MiB).
 MAX_PACKED_RATIO = 2.5
 _PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
-# rows x N x K from which a linear MKL cannot pack within MAX_PACKED_RATIO runs on oneDNN's
-# reordered weight instead (2 threads, ms, addmm vs oneDNN: 128 x 256 -> 256 0.063 vs 0.057,
-# 128 x 1024 -> 256 0.215 vs 0.176, 16 x 256 -> 1024 0.049 vs 0.038; below, oneDNN's ~0.017 ms a
-# call loses: 16 x 256 -> 256 0.018 vs 0.024, 128 x 128 -> 128 0.023 vs 0.030)
-DNN_MIN_MACS = 1 << 22
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:
@@ -83,13 +77,12 @@ def _linear_packing(dtype, rows, weight_elements):
     """The LINEAR_PACKINGS row serving a linear of this dtype, row count and weight size, or None."""
     static = is_static(rows)
     for row in LINEAR_PACKINGS:
-        r_dtype, r_rows, _, available, min_weight, min_rows, min_macs = row
+        r_dtype, r_rows, _, available, min_weight, min_rows = row
         if r_dtype != dtype or r_rows != "any" and (r_rows == "static") != static:
             continue
         # symbolic sizes are judged on their example's values (a heuristic; the kernel is generic)
         try:
-            m, n_k = hint(rows), hint(weight_elements)
-            big_enough = m >= min_rows and n_k >= min_weight and m * n_k >= min_macs
+            big_enough = hint(rows) >= min_rows and hint(weight_elements) >= min_weight
         except SymbolicUnsupported:
             return None
         return row if big_enough and available() else None
@@ -171,19 +164,18 @@ def _dnn_fp16() -> bool:
 
 
 # Which packed GEMM serves an inference linear: (dtype, row count, PackedWeights method, available,
-# min weight elements, min rows, min rows x weight elements). Rows are tried in order; the first of the dtype and row kind decides.
+# min weight elements, min rows). Rows are tried in order; the first of the dtype and row kind decides.
 # MKL's packed weight serves one row count (repacked when it changes), oneDNN's any (packed with no
 # batch size). Measured 2026-11-27, 2-core AVX-512/AMX Xeon, 2 threads, ms per call, plain addmm vs
 # packed: float32 [3072, 768] at 77 rows 1.37 vs MKL 1.06 / oneDNN 1.11, but oneDNN's ~0.017 ms
 # per call loses on small weights ([128, 128]: 0.006 vs 0.021) and below ~16 rows; bf16 (eager's
 # addmm is oneDNN reordering the weight every call, the same bits) [3072, 768] 0.35 vs 0.21 at 77
-# rows, 0.16 vs 0.09 at 1, [128, 128] 0.026 vs 0.020; fp16 loses at 1 row (0.16 vs 0.20). Float32
-# on oneDNN gains from about DNN_MIN_MACS (see there).
+# rows, 0.16 vs 0.09 at 1, [128, 128] 0.026 vs 0.020; fp16 loses at 1 row (0.16 vs 0.20).
 LINEAR_PACKINGS = (
-    (torch.float32, "static", "linear", mkl_available, MIN_WEIGHT, MIN_ROWS, 0),
-    (torch.float32, "symbolic", "dnn_linear", _dnn_linear_available, 1 << 16, 16, DNN_MIN_MACS),
-    (torch.bfloat16, "any", "dnn_linear", _dnn_bf16, MIN_WEIGHT, 1, 0),
-    (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4, 0),
+    (torch.float32, "static", "linear", mkl_available, MIN_WEIGHT, MIN_ROWS),
+    (torch.float32, "symbolic", "dnn_linear", _dnn_linear_available, 1 << 19, 16),
+    (torch.bfloat16, "any", "dnn_linear", _dnn_bf16, MIN_WEIGHT, 1),
+    (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4),
 )
 
 PACKERS = {
@@ -193,20 +185,17 @@ PACKERS = {
 }
 
 
-def _pack_for_rows(w: torch.Tensor, rows: int) -> tuple:
-    """("mkl", `w` packed by MKL for `rows` rows); where that copy would exceed MAX_PACKED_RATIO
-    times `w` (the shape is then remembered, so MKL packs it once per process), ("dnn", `w`
-    reordered by oneDNN) when the GEMM is big enough to gain from it (DNN_MIN_MACS), else
-    ("plain", None)."""
+def _mkl_pack(w: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+    """`w` packed by MKL for `rows` rows, or None when the copy would exceed MAX_PACKED_RATIO
+    times `w` (the shape is then remembered, so it is packed once per process)."""
     shape = (*w.shape, rows)
-    if shape not in _PLAIN:
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(w.contiguous(), rows)
-        if packed.numel() * packed.element_size() <= MAX_PACKED_RATIO * w.nbytes:
-            return "mkl", packed
+    if shape in _PLAIN:
+        return None
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(w.contiguous(), rows)
+    if packed.numel() * packed.element_size() > MAX_PACKED_RATIO * w.nbytes:
         _PLAIN.add(shape)
-    if rows * w.numel() >= DNN_MIN_MACS and _dnn_linear_available():
-        return "dnn", torch.ops.mkldnn._reorder_linear_weight(w, None)
-    return "plain", None
+        return None
+    return packed
 
 
 class PackedWeights:
@@ -217,16 +206,13 @@ class PackedWeights:
 
     def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], kn: bool = False):
         """x @ W.t() + bias (W = w, or w.t() when `kn`: w stored [K, N]), with W packed for x's
-        row count (repacked when `w` changed). Where MKL's packed copy would exceed
-        MAX_PACKED_RATIO: on oneDNN's reordered copy, or plain addmm/mm (the graph's own op)
-        for GEMMs too small to gain (`_pack_for_rows`)."""
+        row count (repacked when `w` changed); plain addmm/mm (the graph's own op) when the
+        packed copy would exceed MAX_PACKED_RATIO."""
         rows, wt = x.shape[0], (w.t() if kn else w)
-        how, packed = self._held(slot, w, rows, lambda: _pack_for_rows(wt, rows))
-        if how == "mkl":
-            return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
-        if how == "dnn":
-            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-        return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
+        packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
+        if packed is None:
+            return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
+        return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
 
     def dnn_linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
                    kn: bool = False):
