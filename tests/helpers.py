@@ -99,3 +99,19 @@ def check_model(fn, inputs, *, backend="tdbg", rtol=None, atol=None, check_grad=
         return actual
     finally:
         torch._dynamo.reset()
+
+
+def compile_capturing(fn, dynamo_dynamic=True, **cfg):
+    """(fn compiled by tdbg after a Dynamo reset and a clear of its counters, the list its
+    CompiledGraphs are appended to); `cfg` replaces fields of the current compiler config."""
+    from torch._dynamo.utils import counters
+    from tdbg.compiler import compile_aten, make_backend
+    from tdbg.compiler.config import current
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = []
+
+    def inner(gm, inputs, config, **kw):
+        graphs.append(compile_aten(gm, inputs, config, **kw))
+        return graphs[-1]
+    return torch.compile(fn, backend=make_backend(current().replace(**cfg), inner), dynamic=dynamo_dynamic), graphs

@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tdbg.compiler import compile_aten, make_backend
-from tdbg.compiler.config import current
 from tdbg.compiler.ir import SymbolicUnsupported, reshape_reindex, ShapeSymbols, shape_scope
 from tdbg.compiler.wrapper import pysize
+from helpers import compile_capturing
 
 SIZES = (2, 7, 17, 64, 1000)
 
@@ -22,18 +21,6 @@ SIZES = (2, 7, 17, 64, 1000)
 def _counters():
     from torch._dynamo.utils import counters
     return counters
-
-
-def compile_capturing(fn, dynamo_dynamic=True, **cfg):
-    """(fn compiled by tdbg after a Dynamo reset, the list its CompiledGraphs are appended to)."""
-    torch._dynamo.reset()
-    _counters().clear()
-    graphs = []
-
-    def inner(gm, inputs, config, **kw):
-        graphs.append(compile_aten(gm, inputs, config, **kw))
-        return graphs[-1]
-    return torch.compile(fn, backend=make_backend(current().replace(**cfg), inner), dynamic=dynamo_dynamic), graphs
 
 
 def run_dynamic(fn, make_args, sizes=SIZES, dynamo_dynamic=True, **cfg):

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from helpers import compile_capturing
 from tdbg.compiler import compile_aten, lowering, prepack
 from tdbg.compiler.config import current
 from tdbg.compiler.decompositions import decomposition_table
@@ -179,18 +180,6 @@ def _ulps_from(got, expected):
     return ((got.double() - expected.double()).abs() / spacing.double()).max().item()
 
 
-def _compile_capturing(fn, dynamic):
-    """fn under torch.compile(backend=tdbg, dynamic=...), and the list of its CompiledGraphs."""
-    from tdbg.compiler import make_backend
-    graphs = []
-
-    def inner(gm, ins, config, **kw):
-        graphs.append(compile_aten(gm, ins, config, **kw))
-        return graphs[-1]
-    torch._dynamo.reset()
-    return torch.compile(fn, backend=make_backend(current(), inner), dynamic=dynamic), graphs
-
-
 # (row, how its linear is compiled, weight layout): "any" rows are tried with static and with
 # symbolic rows, each row with both weight layouts
 ROW_CASES = [(row, rows, layout) for row in prepack.LINEAR_PACKINGS
@@ -209,7 +198,7 @@ def test_each_linear_packing_row(row, rows, layout, monkeypatch):
     held = prepack.PackedWeights._held
     monkeypatch.setattr(prepack.PackedWeights, "_held", lambda self, slot, w, extra, make: held(
         self, slot, w, extra, lambda: packs.append(extra) or make()))
-    compiled, graphs = _compile_capturing(fn, dynamic=rows == "symbolic")
+    compiled, graphs = compile_capturing(fn, dynamo_dynamic=rows == "symbolic")
     with torch.no_grad():
         for n in ((32,) if rows == "static" else (32, 19, 57)):
             args = (randn(n, 512).to(dtype), *inputs[1:])
@@ -232,7 +221,7 @@ def test_a_symbolic_row_count_below_the_rows_minimum_runs_plain():
     """Symbolic rows are judged by their example's value: a float32 linear first seen (and
     compiled symbolically) at 2 rows stays plain addmm, where oneDNN's per-call cost loses."""
     fn, (x, w, b) = _linear_case(torch.float32)
-    compiled, graphs = _compile_capturing(fn, dynamic=True)
+    compiled, graphs = compile_capturing(fn, dynamo_dynamic=True)
     with torch.no_grad():
         for n in (2, 3):
             x = randn(n, 512)
