@@ -55,6 +55,7 @@ class CompiledGraph:
         self.node_traces = dict(node_traces or {})   # FX node name -> its stack trace (user lines)
         self.kernels, self.lowered_nodes = list(kernels), list(lowered_nodes)
         self.size_symbols = {}   # a symbolic compilation: kernel size symbol (ks0) -> ShapeEnv symbol
+        self.hoist = None        # hoist.Hoisted: the FX nodes computed once per weight version, not per call
         self.fallback_targets, self.source_code, self.debug_dir = list(fallback_targets), source_code, debug_dir
         from .torch_compat import pytree
         self._unflatten = pytree.tree_unflatten
@@ -207,17 +208,61 @@ def _node_values(gm):
 
 
 def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", kind="inference",
-                 trace: Optional[DebugTrace] = None) -> CompiledGraph:
+                 trace: Optional[DebugTrace] = None, static_inputs=None) -> CompiledGraph:
     """Compile an aten-level FX graph into C++ kernels plus a Python wrapper. A graph with
     symbolic shapes compiles once, its kernels taking the sizes as arguments (`_compile_symbolic`),
-    else (config.dynamic == "specialize", or it cannot) once per concrete call signature."""
+    else (config.dynamic == "specialize", or it cannot) once per concrete call signature.
+    `static_inputs`: the names of the placeholders that are parameters or buffers (default: what
+    AOTAutograd's metadata says, when called by it); an inference graph's work on them alone runs
+    once per weight version (hoist.py)."""
     config = config or _config.current()
     configure_logging(config)
     from . import build
     build.prepare(config)
     trace = trace or _start_trace(config, graph_name)
-    spec = _output_spec(aten_gm)
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
+    hoisted = _hoist(aten_gm, example_inputs, config, kind, static_inputs, trace)
+    if hoisted is None:
+        return _compile_any(aten_gm, example_inputs, config, graph_name, kind, trace)
+    compiled = _compile_any(hoisted.main, list(example_inputs) + hoisted.examples, config, graph_name, kind, trace)
+    compiled._call, compiled.hoist = hoisted.wrap(compiled._call), hoisted
+    log.info("%s: %d value(s) computed from weights alone, once per weight version (%.1f MiB held): %s",
+             graph_name, len(hoisted.names), hoisted.hoisted_bytes / 2**20, ", ".join(hoisted.names))
+    return compiled
+
+
+def _hoist(aten_gm, example_inputs, config, kind, static_inputs, trace):
+    """hoist.plan's split of an inference graph, its frontier's example values real or fake as
+    the example inputs are; None when off, not inference, or nothing to hoist."""
+    if kind != "inference" or not config.hoist_weights:
+        return None
+    from . import hoist
+    from .torch_compat import FakeTensor
+    if static_inputs is None:
+        static_inputs = static_input_names(aten_gm)
+    hoisted = hoist.plan(aten_gm, set(static_inputs))
+    if hoisted is None:
+        return None
+    if not any(isinstance(x, FakeTensor) for x in example_inputs):
+        hoisted.examples = hoisted.run_pre([example_inputs[i] for i in hoisted.pre_inputs])
+    if trace:
+        trace.write("fx_graph_hoisted.py", hoisted.pre.code)
+    return hoisted
+
+
+def static_input_names(aten_gm) -> list:
+    """The names of `aten_gm`'s placeholders that are parameters or buffers, as AOTAutograd's
+    metadata says while it compiles `aten_gm`; [] outside AOTAutograd. Repro files record them
+    (compile_aten's `static_inputs`), so a graph replayed outside Dynamo is compiled the same way."""
+    from .torch_compat import TracingContext
+    tc = TracingContext.try_get()
+    indices = getattr(getattr(tc, "fw_metadata", None), "static_input_indices", None) or ()
+    names = [n.name for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    return [names[i] for i in indices if i < len(names)]
+
+
+def _compile_any(aten_gm, example_inputs, config, graph_name, kind, trace) -> CompiledGraph:
+    spec = _output_spec(aten_gm)
     if not (_static(example_inputs) and _static(_node_values(aten_gm))):
         targets = [str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"]
         reason = "config.dynamic is 'specialize'"
@@ -511,4 +556,4 @@ def compile_fx(gm, example_inputs, config=None):
     return make_backend(config)(gm, example_inputs)
 
 
-__all__ = ["compile_fx", "make_backend", "compile_aten", "CompiledGraph", "STAGES"]
+__all__ = ["compile_fx", "make_backend", "compile_aten", "static_input_names", "CompiledGraph", "STAGES"]

@@ -214,3 +214,12 @@ def shape_env_functions(env):
     found equal), hint(symbol) is the example value or None (unbacked)."""
     values = getattr(env, "backed_var_to_val", None)   # torch >= 2.13's name
     return env.replace, (values if values is not None else env.var_to_val).get
+
+
+def tensor_version(t):
+    """`t._version`, the count of in-place writes autograd keeps; None for an inference tensor,
+    which keeps none (a cache keyed on it must then read `t` anew every call)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None

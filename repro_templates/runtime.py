@@ -423,7 +423,9 @@ def propagate_meta(gm, inputs):
 
 def _aot_tdbg(gm, examples, spec, folder, graph):
     compile_aten = _tdbg("tdbg.compiler").compile_aten
-    return compile_aten(gm, examples, tdbg_config(spec), graph_name="repro", kind=graph)
+    # the parameters' and buffers' names (older files: none): an inference graph hoists the same work
+    return compile_aten(gm, examples, tdbg_config(spec), graph_name="repro", kind=graph,
+                        static_inputs=aot_of(spec).get("static_inputs") or [])
 
 
 def _aot_inductor(gm, examples, spec, folder, graph):

@@ -78,6 +78,7 @@ class _Dumper:
         self.backend = backend
         self.family: Optional[str] = None        # after aot: aot_capture's family of the backend
         self.graphs: dict = {}                    # id(snapshot) -> forward|backward|inference
+        self.static_inputs: dict = {}             # id(snapshot) -> its parameters' and buffers' names
         self.counter = itertools.count()
         self.real_inputs: list = []
 
@@ -99,6 +100,8 @@ class _Dumper:
         k = next(self.counter)
         snap = _snapshot(gm)
         self.graphs[id(snap)] = graph
+        from tdbg.compiler import static_input_names
+        self.static_inputs[id(snap)] = static_input_names(gm)
         known = _match_real(example_inputs, self.real_inputs) if graph != "backward" else example_inputs
         if self.level == 3:
             self._dump(snap, known, (LAUNCHER,), None, f"graph_{k}")
@@ -118,6 +121,8 @@ class _Dumper:
                 "backend": backend_spec(self.backend, getattr(self.backend, "name", None))}
         if self.after == "aot":
             spec["aot"] = {"family": self.family, "graph": self.graphs.get(id(snap), "forward")}
+            if self.family == "tdbg" and spec["aot"]["graph"] == "inference" and self.static_inputs.get(id(snap)):
+                spec["aot"]["static_inputs"] = self.static_inputs[id(snap)]   # what tdbg's compiler hoists
         return spec
 
     def _dump(self, snap, inputs, files, outcome, subdir: Optional[str] = None) -> str:

@@ -49,6 +49,7 @@ SUBSYSTEMS = (
     ("decompositions", {"decompose": False}, "tdbg's decompositions in AOTAutograd"),
     ("layout", {"layout_optimization": False}, "channels_last layout planning of convolution graphs"),
     ("prepack", {"pack_weights": False}, "packed weights for inference linears and convolutions (MKL, oneDNN)"),
+    ("hoist", {"hoist_weights": False}, "inference work on weights alone run once per weight version"),
     ("fusion", {"fusion": False}, "fusing nodes into one kernel"),
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),
     ("vectorization", {"vectorize": False}, "SIMD vectorized loops"),

@@ -597,7 +597,11 @@ class IOSaver:
     def _aot_hook(self, gm, example_inputs, kind: str, compile_one):
         snap, index = snapshot(gm), self._next()
         compiled = compile_one(gm, example_inputs)
-        return self._wrap(compiled, snap, kind, index, dict(self.spec, aot={"family": self.family, "graph": kind}))
+        from tdbg.compiler import static_input_names
+        aot = {"family": self.family, "graph": kind}
+        if self.family == "tdbg" and kind == "inference" and static_input_names(gm):
+            aot["static_inputs"] = static_input_names(gm)   # what tdbg's compiler hoists (hoist.py)
+        return self._wrap(compiled, snap, kind, index, dict(self.spec, aot=aot))
 
     def _dynamo_hook(self, gm, example_inputs):
         snap, index = snapshot(gm), self._next()

@@ -194,3 +194,16 @@ def test_only_and_set_together_are_one_clear_error(capsys):
         _models().parse_args(["--set", "held-out", "--only", MODEL])
     assert exit_info.value.code == 2
     assert "--only and --set both choose the models" in capsys.readouterr().err
+
+
+def test_progress_line_carries_each_backends_figures():
+    """A run cut short by a timeout still leaves every finished model's times on stderr."""
+    m = _models()
+    Cell = m.harness.Cell
+    cells = [Cell("bert_base", "eager", median_s=0.1182), Cell("bert_base", "torch:inductor", median_s=0.1137,
+                                                               time_vs_inductor=1.0),
+             Cell("bert_base", "tdbg", median_s=0.1029, time_vs_inductor=0.905),
+             Cell("bert_base", "x.py:backend", status="mismatch")]
+    assert m.progress_line("bert_base inference", 28.84, cells, m.Phases()) == (
+        "bert_base inference: 28.8 s; eager 118.2 ms, torch:inductor 113.7 ms, tdbg 102.9 ms 0.91x inductor, "
+        "x.py:backend MISMATCH")

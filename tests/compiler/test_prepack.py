@@ -144,6 +144,19 @@ def test_inference_mode_and_no_grad_share_the_packed_weights():
         torch.testing.assert_close(f(x), m(x))
 
 
+
+def test_weights_made_under_inference_mode_are_packed_every_call():
+    """An inference tensor has no version counter (reading it raised before): its packed copy
+    is made anew each call, so an in-place write under inference_mode is still seen."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
+        x = torch.randn(32, 128)
+        f = torch.compile(m, backend="tdbg")
+        torch.testing.assert_close(f(x), m(x))
+        m[0].weight.mul_(-1.0)
+        torch.testing.assert_close(f(x), m(x))
+
 @pytest.mark.parametrize("n, k", [(256, 128), (2048, 1024)])
 def test_a_linear_runs_plain_when_its_packed_copy_would_be_too_large_and_the_shape_is_remembered(n, k, monkeypatch):
     """MKL's packed buffer may carry far more than the weight (torch 2.13's MKL on an AVX-512 Xeon: a

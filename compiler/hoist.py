@@ -1,0 +1,165 @@
+"""Weight-only work of an inference graph runs once per weight version, not once per call.
+
+An inference graph often computes values from its parameters alone: MobileBERT's vocabulary
+projection multiplies by `cat([decoder.weight.t(), dense.weight])` (a 62 MB copy, 4.6 ms a call at
+2 threads), a BatchNorm scales by `weight * rsqrt(running_var + eps)`, an embedding looks up a
+buffer of position ids. Eager and Inductor (without `freezing`) redo this on every call; Inductor's
+`freezing` folds it once but turns the weights into constants, so a later optimizer step or
+`load_state_dict` is not seen. Here the graph is split in two:
+
+- `plan(gm, static_names)` finds the hoistable nodes: those whose every input is a static graph
+  input (a parameter or buffer: AOTAutograd's `static_input_indices`, given by name), a constant
+  (`get_attr`) or another hoistable node, that are deterministic, functional aten ops with a
+  tensor value, and that do some work (a chain of views of a weight is free, and left alone:
+  prepack.py wants `W.t()` of the input itself). A hoistable value the graph returns stays in the
+  main graph, so no output aliases the cache.
+- `Hoisted.pre` computes the frontier (hoisted values the rest of the graph reads) with aten, and
+  the main graph takes them as extra inputs after its own (`Hoisted.main`, what gets compiled; a
+  frontier input is an input like a weight, so prepack.py packs a linear by it).
+- `Hoisted.wrap(call)` runs `pre` again only when a static input it reads is another tensor, has
+  another storage or was written in place (its version), as PackedWeights does; otherwise the
+  frozen values from last time are passed on.
+
+The cache holds one copy of each frontier value for as long as the compiled graph lives
+(`hoisted_bytes`); `hoist_weights=False` (TDBG_HOIST_WEIGHTS=0, `tdbg bisect`'s `hoist` row) turns
+it off. Writes through `w.data` are not seen (as for packed weights and autograd's own checks).
+"""
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Optional
+
+import torch
+
+from .torch_compat import OpOverload, tensor_version
+
+# views cost nothing: a chain of them over a weight is not worth an input of its own
+VIEW_OPS = frozenset(("t", "view", "_unsafe_view", "reshape", "transpose", "permute", "expand", "unsqueeze",
+                      "squeeze", "slice", "select", "alias", "detach", "as_strided", "unfold", "diagonal"))
+
+
+class Hoisted:
+    """The split of one graph: `pre` (static inputs -> frontier), `main` (inputs + frontier ->
+    outputs), `examples` (the frontier's example values, main's extra inputs)."""
+
+    def __init__(self, pre, pre_inputs, main, examples, names):
+        self.pre, self.pre_inputs, self.main, self.examples, self.names = pre, pre_inputs, main, examples, names
+        self.hoisted_bytes = sum(v.numel() * v.element_size() for v in examples)
+        self.runs = 0   # times `pre` ran: once per weight version
+
+    def wrap(self, call):
+        """`call(args + frontier)`, the frontier made again only when a static input changed."""
+        held = {"key": None, "refs": (), "values": None}
+
+        def hoisted_call(args):
+            ws = [args[i] for i in self.pre_inputs]
+            key = tuple((w.data_ptr(), tensor_version(w)) for w in ws)
+            if held["values"] is None or key != held["key"] or any(r() is not w for r, w in zip(held["refs"], ws)) \
+                    or None in (v for _, v in key):   # an inference tensor: no version tells a write apart
+                held["values"] = self.run_pre(ws)
+                held["key"], held["refs"] = key, tuple(weakref.ref(w) for w in ws)
+            return call(list(args) + held["values"])
+        return hoisted_call
+
+    def run_pre(self, ws):
+        """The frontier values for these static inputs, in the examples' strides."""
+        self.runs += 1
+        with torch.no_grad():
+            outs = self.pre(*ws)
+        # the compiled main graph was specialized on the example's strides: keep them
+        return [v if v.stride() == e.stride() else torch.empty_strided(e.shape, e.stride(), dtype=v.dtype).copy_(v)
+                for v, e in zip(outs, self.examples)]
+
+
+def plan(gm: torch.fx.GraphModule, static_names) -> Optional[Hoisted]:
+    """The split of `gm`, or None when it has no hoistable work."""
+    static = {n for n in gm.graph.nodes if n.op == "placeholder" and n.name in static_names
+              or n.op == "get_attr"}
+    derived, hoisted = _hoistable(gm, static)
+    if not hoisted:
+        return None
+    frontier = [n for n in gm.graph.nodes if n in hoisted and any(u not in hoisted for u in n.users)]
+    return _split(gm, derived, hoisted, frontier)
+
+
+def _hoistable(gm, static) -> tuple:
+    """(derived, hoisted): the nodes computed from `static` alone, and those of them the main
+    graph need not compute: the ones that do work, less any the graph returns and any non-tensor
+    value the main graph reads (each of those stays in the main graph, its inputs read instead)."""
+    derived, hoisted = set(), set()
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.all_input_nodes and _pure(n) \
+                and all(a in static or a in derived for a in n.all_input_nodes):
+            derived.add(n)
+            if _op_name(n) not in VIEW_OPS or any(a in hoisted for a in n.all_input_nodes):
+                hoisted.add(n)
+    returned = {a for out in gm.graph.nodes if out.op == "output" for a in out.all_input_nodes}
+    while True:
+        # an output must not alias the cache, and only tensors travel as inputs
+        stay = {n for n in hoisted if n in returned
+                or not isinstance(n.meta.get("val"), torch.Tensor) and any(u not in hoisted for u in n.users)}
+        if not stay:
+            return derived, hoisted
+        hoisted -= stay
+
+
+def _pure(n) -> bool:
+    """A deterministic, functional aten op (or getitem of one's tuple)."""
+    if n.target is operator.getitem:
+        return True
+    if not isinstance(n.target, OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in n.target.tags:
+        return False
+    return not n.target._schema.is_mutable
+
+
+def _op_name(n) -> str:
+    return getattr(n.target, "__name__", str(n.target)).split(".")[0]
+
+
+def _split(gm, derived, hoisted, frontier) -> Hoisted:
+    # pre: static inputs -> frontier values
+    pre_graph, env = torch.fx.Graph(), {}
+    needed = _closure(frontier, derived)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    pre_inputs = []
+    for i, n in enumerate(placeholders):
+        if any(u in needed for u in n.users):
+            env[n] = pre_graph.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+            pre_inputs.append(i)
+    for n in gm.graph.nodes:
+        if n in needed or n.op == "get_attr" and any(u in needed for u in n.users):
+            env[n] = pre_graph.node_copy(n, lambda a: env[a])
+    pre_graph.output(tuple(env[n] for n in frontier))
+    pre = torch.fx.GraphModule(gm, pre_graph, "hoisted")
+
+    # main: the rest, reading each frontier value as an input after the graph's own
+    main_graph, env = torch.fx.Graph(), {}
+    for n in placeholders:
+        env[n] = main_graph.node_copy(n, lambda a: env[a])
+    names = []
+    for k, n in enumerate(frontier):
+        env[n] = main_graph.placeholder(f"hoisted_{k}_{n.name}")
+        env[n].meta = {"val": n.meta["val"]}
+        names.append(n.name)
+    for n in gm.graph.nodes:
+        if n.op != "placeholder" and n not in hoisted:
+            env[n] = main_graph.node_copy(n, lambda a: env[a])
+    main_graph.eliminate_dead_code()
+    main = torch.fx.GraphModule(gm, main_graph, gm.__class__.__name__)
+    return Hoisted(pre, pre_inputs, main, [n.meta["val"] for n in frontier], names)
+
+
+def _closure(frontier, derived) -> set:
+    """The derived nodes the frontier needs."""
+    seen, stack = set(), list(frontier)
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in derived:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
