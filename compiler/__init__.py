@@ -90,9 +90,12 @@ class Compilation:
 
 
 def _lower(c):
+    from .bias_epilogue import split_biases
     from .layout import plan_layout
     from .lowering import GraphLowering
-    # layout planning (channels_last through convolutions) rewrites a copy of the graph first
+    # graph passes, each on a copy of the graph where it changes something: linear biases added
+    # by the kernels after them, layout planning (channels_last through convolutions)
+    c.gm = split_biases(c.gm, c.kind, c.config)
     c.gm = plan_layout(c.gm, c.example_inputs, c.config, c.kind)
     c.graph = GraphLowering(c.gm, c.example_inputs, c.config)
     c.graph.run(*c.example_inputs)

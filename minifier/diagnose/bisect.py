@@ -50,6 +50,7 @@ SUBSYSTEMS = (
     ("layout", {"layout_optimization": False}, "channels_last layout planning of convolution graphs"),
     ("prepack", {"pack_weights": False}, "packed weights for inference linears and convolutions (MKL, oneDNN)"),
     ("hoist", {"hoist_weights": False}, "inference work on weights alone run once per weight version"),
+    ("bias epilogue", {"bias_epilogue": False}, "inference linears' biases added by the kernels after them"),
     ("fusion", {"fusion": False}, "fusing nodes into one kernel"),
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),
     ("vectorization", {"vectorize": False}, "SIMD vectorized loops"),

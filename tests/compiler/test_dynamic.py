@@ -245,7 +245,8 @@ def test_sizes_in_cpp_never_use_pythons_floor_division():
 
 def test_linears_with_symbolic_rows_run_unpacked():
     """A packed weight serves one row count: packed at every new length it would cost more
-    than it saves, so a symbolic row count keeps the plain addmm (a static one is packed)."""
+    than it saves, so a symbolic row count keeps the plain GEMM (a static one is packed); the
+    relu after it adds the bias (bias_epilogue.py), so that GEMM is an mm."""
     from tdbg.compiler import prepack
     if not prepack.mkl_available():
         pytest.skip("no MKL: nothing is packed")
@@ -256,7 +257,7 @@ def test_linears_with_symbolic_rows_run_unpacked():
         static = run_dynamic(fn, lambda n: (torch.randn(n, 128),), sizes=(9,), dynamo_dynamic=False)[-1]
         symbolic = assert_one_symbolic(run_dynamic(fn, lambda n: (torch.randn(n, 128),), sizes=(9, 17, 64)))
     assert "_packed.linear" in static.source_code
-    assert "_packed" not in symbolic.source_code and "aten.addmm" in symbolic.source_code
+    assert "_packed" not in symbolic.source_code and "aten.mm.default(" in symbolic.source_code
 
 
 def test_a_symbolic_graph_recycles_its_large_buffers_and_grows_them_for_a_larger_call():
