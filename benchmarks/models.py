@@ -612,7 +612,9 @@ def progress_line(what: str, seconds: float, cells: list, phases) -> str:
     torch:inductor 113.7 ms, tdbg 102.9 ms 0.91x inductor`."""
     parts = []
     for c in cells:
-        label = harness._label(c.backend) + (f" {c.workload}" if what.endswith(" dynamic") else "")
+        # a dynamic cell's workload names the size: "bert_base len 77" -> "len 77"
+        size = c.workload.split(" ", 1)[1] if what.endswith(" dynamic") and " " in c.workload else ""
+        label = harness._label(c.backend) + (f" {size}" if size else "")
         if c.status != "ok":
             parts.append(f"{label} {c.status.upper()}")
             continue

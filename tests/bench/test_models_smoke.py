@@ -207,3 +207,5 @@ def test_progress_line_carries_each_backends_figures():
     assert m.progress_line("bert_base inference", 28.84, cells, m.Phases()) == (
         "bert_base inference: 28.8 s; eager 118.2 ms, torch:inductor 113.7 ms, tdbg 102.9 ms 0.91x inductor, "
         "x.py:backend MISMATCH")
+    sized = [Cell("gpt2 len 77", "tdbg", median_s=0.05, time_vs_inductor=0.876)]
+    assert m.progress_line("gpt2 dynamic", 3.0, sized, m.Phases()) == "gpt2 dynamic: 3.0 s; tdbg len 77 50.0 ms 0.88x inductor"
