@@ -94,7 +94,7 @@ def _hoistable(gm, static) -> tuple:
             derived.add(n)
             if _op_name(n) not in VIEW_OPS or any(a in hoisted for a in n.all_input_nodes):
                 hoisted.add(n)
-    returned = {a for out in gm.graph.nodes if out.op == "output" for a in out.all_input_nodes}
+    returned = _returned(gm)
     while True:
         # an output must not alias the cache, and only tensors travel as inputs
         stay = {n for n in hoisted if n in returned
@@ -102,6 +102,19 @@ def _hoistable(gm, static) -> tuple:
         if not stay:
             return derived, hoisted
         hoisted -= stay
+
+
+def _returned(gm) -> set:
+    """The nodes whose values the graph returns, itself or through a chain of views."""
+    todo = [a for out in gm.graph.nodes if out.op == "output" for a in out.all_input_nodes]
+    seen = set()
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            if n.op == "call_function" and _op_name(n) in VIEW_OPS:
+                todo.extend(n.all_input_nodes)
+    return seen
 
 
 def _pure(n) -> bool:

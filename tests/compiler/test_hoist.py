@@ -58,6 +58,18 @@ class ReturnsWeightWork(torch.nn.Module):
         return x + w2, w2
 
 
+class ReturnsViewOfWeightWork(torch.nn.Module):
+    """A view of w * 2 is returned: w * 2 is computed in the graph too (the view would alias the
+    cache); the other view, read by the add, is hoisted."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(randn(4, 6, seed=3))
+
+    def forward(self, x):
+        w2 = self.w * 2
+        return x + w2.reshape(24), w2.t()
+
+
 class ActivationCat(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -82,6 +94,7 @@ CASES = [
     ("linear", Linear, []),
     ("buffer", ScaledBuffer, ["exp"]),
     ("returned", ReturnsWeightWork, []),
+    ("view returned", ReturnsViewOfWeightWork, ["view"]),
     ("activation", ActivationCat, []),
     ("random", RandomOnWeight, []),
 ]
@@ -138,8 +151,9 @@ def test_runs_once_per_weight_version():
     assert len(graphs) == 1
 
 
-def test_returned_value_is_fresh_each_call():
-    module, fn, _ = compiled_module(ReturnsWeightWork)
+@pytest.mark.parametrize("make", [ReturnsWeightWork, ReturnsViewOfWeightWork])
+def test_returned_value_is_fresh_each_call(make):
+    module, fn, _ = compiled_module(make)
     x = randn(6, 24, seed=9)
     with torch.no_grad():
         fn(x)[1].zero_()                            # the caller owns what it got
