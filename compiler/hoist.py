@@ -11,8 +11,8 @@ buffer of position ids. Eager and Inductor (without `freezing`) redo this on eve
   input (a parameter or buffer: AOTAutograd's `static_input_indices`, given by name), a constant
   (`get_attr`) or another hoistable node, that are deterministic, functional aten ops with a
   tensor value, and that do some work (a chain of views of a weight is free, and left alone:
-  prepack.py wants `W.t()` of the input itself). A hoistable value the graph returns stays in the
-  main graph, so no output aliases the cache.
+  prepack.py wants `W.t()` of the input itself). A hoistable value the graph returns, itself or
+  through views, stays in the main graph, so no output aliases the cache.
 - `Hoisted.pre` computes the frontier (hoisted values the rest of the graph reads) with aten, and
   the main graph takes them as extra inputs after its own (`Hoisted.main`, what gets compiled; a
   frontier input is an input like a weight, so prepack.py packs a linear by it).
