@@ -265,6 +265,7 @@ def static_input_names(aten_gm) -> list:
 
 
 def _compile_any(aten_gm, example_inputs, config, graph_name, kind, trace) -> CompiledGraph:
+    """compile_aten after hoisting: static, symbolic, per-signature or data-dependent paths."""
     spec = _output_spec(aten_gm)
     if not (_static(example_inputs) and _static(_node_values(aten_gm))):
         targets = [str(n.target) for n in aten_gm.graph.nodes if n.op == "call_function"]

@@ -22,11 +22,9 @@ from . import ops
 
 aten = torch.ops.aten
 ADDMM = aten.addmm.default
-# ops that only re-index their input: the consumers behind them are the ones that count
-VIEWS = frozenset((aten.view.default, aten._unsafe_view.default, aten.reshape.default))
 # readers that tdbg's kernels compute, so the add fuses into them: the op table's pointwise ops and
-# the reductions of a LayerNorm or a softmax (a scan may run as an aten call: not listed)
-KERNEL_READERS = frozenset(ops.TABLE) | {"clone", "var_mean", "var", "mean", "sum", "amax", "amin"}
+# the reductions (LayerNorm's var_mean, softmax's amax and sum); a scan may run as an aten call
+KERNEL_READERS = frozenset(ops.TABLE) | frozenset(ops.OTHER_LOWERINGS["reduction"]) | {"clone", "var_mean"}
 
 
 def split_biases(gm: torch.fx.GraphModule, kind: str, config) -> torch.fx.GraphModule:
@@ -70,7 +68,7 @@ def _read_by_kernels(node, reads_in_kernel) -> bool:
     for user in node.users:
         if user.op != "call_function":
             return False
-        if user.target in VIEWS:
+        if ops.op_name(user.target) in ops.VIEW_OPS:   # a re-index: its readers are the ones that count
             if not _read_by_kernels(user, reads_in_kernel):
                 return False
         elif not reads_in_kernel(user.target):

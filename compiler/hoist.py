@@ -32,11 +32,8 @@ from typing import Optional
 
 import torch
 
+from .ops import VIEW_OPS, op_name
 from .torch_compat import OpOverload, tensor_version
-
-# views cost nothing: a chain of them over a weight is not worth an input of its own
-VIEW_OPS = frozenset(("t", "view", "_unsafe_view", "reshape", "transpose", "permute", "expand", "unsqueeze",
-                      "squeeze", "slice", "select", "alias", "detach", "as_strided", "unfold", "diagonal"))
 
 
 class Hoisted:
@@ -92,7 +89,8 @@ def _hoistable(gm, static) -> tuple:
         if n.op == "call_function" and n.all_input_nodes and _pure(n) \
                 and all(a in static or a in derived for a in n.all_input_nodes):
             derived.add(n)
-            if _op_name(n) not in VIEW_OPS or any(a in hoisted for a in n.all_input_nodes):
+            # views cost nothing: a chain of them over a weight is not worth an input of its own
+            if op_name(n.target) not in VIEW_OPS or any(a in hoisted for a in n.all_input_nodes):
                 hoisted.add(n)
     returned = _returned(gm)
     while True:
@@ -112,7 +110,7 @@ def _returned(gm) -> set:
         n = todo.pop()
         if n not in seen:
             seen.add(n)
-            if n.op == "call_function" and _op_name(n) in VIEW_OPS:
+            if n.op == "call_function" and op_name(n.target) in VIEW_OPS:
                 todo.extend(n.all_input_nodes)
     return seen
 
@@ -126,10 +124,6 @@ def _pure(n) -> bool:
     if torch.Tag.nondeterministic_seeded in n.target.tags:
         return False
     return not n.target._schema.is_mutable
-
-
-def _op_name(n) -> str:
-    return getattr(n.target, "__name__", str(n.target)).split(".")[0]
 
 
 def _split(gm, derived, hoisted, frontier) -> Hoisted:

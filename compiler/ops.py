@@ -194,6 +194,9 @@ OTHER_LOWERINGS = {
                                                "round.decimals"),
 }
 
+# ops that only re-index their input (no copy, no arithmetic): graph passes look through them
+VIEW_OPS = frozenset(OTHER_LOWERINGS["view"]) - {"clone"}
+
 
 def op_name(target) -> str:
     """aten.neg.default -> 'neg'; prims.convert_element_type.default -> 'convert_element_type'."""
