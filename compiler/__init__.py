@@ -224,6 +224,10 @@ def compile_aten(aten_gm, example_inputs, config=None, *, graph_name="graph", ki
     build.prepare(config)
     trace = trace or _start_trace(config, graph_name)
     get_logger("graph").info("aten graph %s (%s):%s", graph_name, kind, aten_gm.code.rstrip())
+    if kind == "inference" and static_inputs is None:
+        static_inputs = static_input_names(aten_gm)
+    from .concat_linears import concat_linears
+    aten_gm = concat_linears(aten_gm, example_inputs, config, kind, static_inputs)
     hoisted = _hoist(aten_gm, example_inputs, config, kind, static_inputs, trace)
     if hoisted is None:
         return _compile_any(aten_gm, example_inputs, config, graph_name, kind, trace)

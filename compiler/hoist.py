@@ -94,9 +94,10 @@ def _hoistable(gm, static) -> tuple:
                 hoisted.add(n)
     returned = _returned(gm)
     while True:
-        # an output must not alias the cache, and only tensors travel as inputs
-        stay = {n for n in hoisted if n in returned
-                or not isinstance(n.meta.get("val"), torch.Tensor) and any(u not in hoisted for u in n.users)}
+        # an output must not alias the cache, only tensors travel as inputs, and a view the main
+        # graph reads stays there: a linear by `cat(...).t()` then reads the cat, which prepack packs
+        stay = {n for n in hoisted if n in returned or any(u not in hoisted for u in n.users)
+                and (not isinstance(n.meta.get("val"), torch.Tensor) or op_name(n.target) in VIEW_OPS)}
         if not stay:
             return derived, hoisted
         hoisted -= stay

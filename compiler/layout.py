@@ -82,7 +82,7 @@ def plan_layout(gm, example_inputs, config, kind="inference"):
             node.replace_input_with(node.args[0], cl)
             inserted += 1
     try:
-        _propagate(graph, example_inputs)
+        propagate(graph, example_inputs)
     except Exception as e:   # an op the fake values cannot run: keep the graph as traced
         log.info("layout planning skipped: %s: %s", type(e).__name__, e)
         return gm
@@ -95,7 +95,7 @@ def plan_layout(gm, example_inputs, config, kind="inference"):
     return new
 
 
-def _propagate(graph, example_inputs):
+def propagate(graph, example_inputs):
     """Recompute every node's meta["val"] on fake tensors with the example inputs' strides; mark
     the nodes whose strides changed (tdbg_layout) and keep eager's strides for the outputs."""
     from .torch_compat import FakeTensorMode

@@ -27,7 +27,9 @@ inputs and packs at run time:
 
 The packed copies live as long as the compiled graph: about one more copy of every packed weight,
 plus MKL's fixed ~7.5 MiB each; a linear whose packed copy would exceed MAX_PACKED_RATIO times its
-weight is decided at its first call to run plain (the graph's own addmm/mm).
+weight is decided at its first call to run on oneDNN's packed weight (about the weight's size)
+where that pays (DNN_INSTEAD: 16 rows or more, a weight of 1 << 17 elements or more), else plain
+(the graph's own addmm/mm).
 """
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to m
 # than this many times its weight runs plain (tdbg memory: a 1 MiB BERT's compiled peak was 94 MiB).
 MAX_PACKED_RATIO = 2.5
 _PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
+# (min rows, min weight elements): a linear whose MKL copy is too large runs on oneDNN's packed
+# weight (about the weight's size) instead of plain addmm. 2 threads, addmm vs oneDNN ms: [256, 512]
+# 0.036 vs 0.029 at 16 rows, 0.106 vs 0.093 at 128; [768, 768] 0.092/0.064, 0.424/0.396; but
+# [256, 256] 0.016/0.023 at 16 rows and 0.061/0.056 at 128 (below 1 << 17 elements it is a wash)
+DNN_INSTEAD = (16, 1 << 17)
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:
@@ -211,9 +218,11 @@ class PackedWeights:
         packed copy would exceed MAX_PACKED_RATIO."""
         rows, wt = x.shape[0], (w.t() if kn else w)
         packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
-        if packed is None:
-            return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
-        return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
+        if packed is not None:
+            return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
+        if rows >= DNN_INSTEAD[0] and wt.numel() >= DNN_INSTEAD[1] and _dnn_linear_available():
+            return self.dnn_linear(("dnn", slot), x, w, bias, kn)
+        return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
 
     def dnn_linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
                    kn: bool = False):
@@ -231,7 +240,7 @@ class PackedWeights:
         return torch.ops.mkldnn._convolution_pointwise(x, packed, bias, padding, stride, dilation, groups,
                                                        "none", [], "")
 
-    def _held(self, slot: int, w: torch.Tensor, extra: tuple, make):
+    def _held(self, slot, w: torch.Tensor, extra: tuple, make):
         """The slot's packed copy of `w`, made again by `make()` when `w` is another tensor, was
         written in place (its version), or `extra` (what the packing depends on) changed."""
         held = self.slots.get(slot)

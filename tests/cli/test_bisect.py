@@ -31,7 +31,7 @@ def _assert_ends_at_neg(r, stage):
     assert [(b["backend"], b["status"]) for b in doc["backends"]] == [
         ("eager", "ok"), ("aot_eager", "ok"), ("inductor", "failed")]
     assert [row["name"] for row in doc["subsystems"]] == [
-        "decompositions", "layout", "prepack", "hoist", "bias epilogue", "fusion", "parallelization",
+        "decompositions", "layout", "prepack", "hoist", "bias epilogue", "concat linears", "fusion", "parallelization",
         "vectorization", "random", "symbolic shapes"]
     assert all(row["result"] == "still fails" for row in doc["subsystems"])
     culprit = doc["culprits"][0]

@@ -26,7 +26,7 @@ INIT = "__init__"
 LAYERS = (
     ("foundations: import nothing of compiler/", ("logs", "errors", "toolchain", "torch_compat", "ir")),
     ("configuration and op tables", ("config", "ops", "decompositions")),
-    ("graph passes before lowering", ("layout", "hoist", "bias_epilogue")),
+    ("graph passes before lowering", ("layout", "concat_linears", "hoist", "bias_epilogue")),
     ("lowering: aten graph -> loop IR", ("lowering_common", "lowering_reductions", "lowering_data",
                                          "lowering_random", "lowering_index", "lowering_shape", "lowering_scan",
                                          "lowering_math", "lowering_pool", "lowering")),
