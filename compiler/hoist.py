@@ -32,8 +32,11 @@ from typing import Optional
 
 import torch
 
+from .logs import get_logger
 from .ops import VIEW_OPS, op_name
 from .torch_compat import OpOverload, tensor_version
+
+log = get_logger("compiler")
 
 
 class Hoisted:
@@ -52,8 +55,14 @@ class Hoisted:
         def hoisted_call(args):
             ws = [args[i] for i in self.pre_inputs]
             key = tuple((w.data_ptr(), tensor_version(w)) for w in ws)
+            unversioned = None in (v for _, v in key)   # an inference tensor: no version tells a write apart
             if held["values"] is None or key != held["key"] or any(r() is not w for r, w in zip(held["refs"], ws)) \
-                    or None in (v for _, v in key):   # an inference tensor: no version tells a write apart
+                    or unversioned:
+                if unversioned and held["values"] is None:
+                    log.warning("weights made under torch.inference_mode have no version counter: the %d "
+                                "value(s) computed from them alone (%.1f MiB) are recomputed on every call; "
+                                "make the model outside inference_mode to compute them once",
+                                len(self.names), self.hoisted_bytes / 2**20)
                 held["values"] = self.run_pre(ws)
                 held["key"], held["refs"] = key, tuple(weakref.ref(w) for w in ws)
             return call(list(args) + held["values"])

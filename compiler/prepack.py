@@ -220,7 +220,9 @@ class PackedWeights:
         packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
         if packed is not None:
             return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
-        if rows >= DNN_INSTEAD[0] and wt.numel() >= DNN_INSTEAD[1] and _dnn_linear_available():
+        # an inference tensor (no version) would be reordered on every call: plain addmm is cheaper
+        if rows >= DNN_INSTEAD[0] and wt.numel() >= DNN_INSTEAD[1] and tensor_version(w) is not None \
+                and _dnn_linear_available():
             return self.dnn_linear(("dnn", slot), x, w, bias, kn)
         return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
 

@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tdbg.compiler import compile_aten, concat_linears
 from tdbg.compiler.config import current
 
-from tests.helpers import compile_capturing
+from helpers import compile_capturing
 
 F = torch.nn.functional
 

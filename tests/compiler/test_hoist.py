@@ -2,6 +2,7 @@
 they run once per weight version, and that every change to a weight is seen.
 
 Every answer is checked against the module run eagerly in float64."""
+import logging
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -166,14 +167,22 @@ def test_off_switch():
     assert graphs[0].hoist is None
 
 
-def test_inference_tensor_weights_are_read_every_call():
-    with torch.inference_mode():
+def test_inference_tensor_weights_are_read_every_call(caplog):
+    """Weights made under inference_mode have no version: the hoisted values are recomputed on
+    every call (a write is still seen), and the log says so once, with what it costs."""
+    logger = logging.getLogger("tdbg.compiler")   # tdbg's channels stop at "tdbg": listen there
+    logger.addHandler(caplog.handler)
+    with torch.inference_mode(), caplog.at_level("WARNING", logger="tdbg.compiler"):
         module = CatOfWeights().eval()
         fn, graphs = compile_capturing(module, dynamo_dynamic=False)
         x = randn(6, 24, seed=9)
         fn(x)
         module.dense.mul_(3)                        # no version counter to see this by
         torch.testing.assert_close(fn(x), module(x), rtol=1e-5, atol=1e-5)
+    logger.removeHandler(caplog.handler)
+    assert graphs[0].hoist.runs == 2
+    warnings = [r.getMessage() for r in caplog.records if "inference_mode" in r.getMessage()]
+    assert len(warnings) == 1 and "recomputed on every call" in warnings[0], warnings
 
 
 def cat_projection(x, w1, w2):
