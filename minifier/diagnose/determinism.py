@@ -293,6 +293,7 @@ def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernel
     import torch
 
     from tdbg.minifier.diagnose import divergence
+    from tdbg.minifier.diagnose.same_draws import draws_random
     from tdbg.minifier.diagnose.checks import _clones, node_source
     from tdbg.minifier.runs.instrument import is_user_file
     torch.set_rng_state(rng)
@@ -320,7 +321,7 @@ def first_differing_node(gm, inputs: list, compile_one: Callable, rng, *, kernel
                 producer = divergence._producer(node)
                 return {"node": node.name, "op": divergence._op_name(node) if node.op == "call_function" else
                         _dynamo_op(node), "source": node_source(node, is_user_file), "kernel": kernel(producer.name),
-                        "random": divergence._is_random(producer) or _dynamo_random(node),
+                        "random": draws_random(producer) or _dynamo_random(node),
                         "difference": found.to_dict()}
     return None
 

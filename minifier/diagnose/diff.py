@@ -135,9 +135,9 @@ def _judge(expected: list, actual: Optional[list], graph: SavedGraph) -> Optiona
     from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
     if actual is None:
         return None
-    from tdbg.minifier.diagnose.replay import _draws_random
+    from tdbg.minifier.diagnose.same_draws import draws_random
     found = compare(expected, actual)
-    if found and not any(_draws_random(n) for n in graph.gm.graph.nodes):
+    if found and not any(draws_random(n) for n in graph.gm.graph.nodes):
         # a float64 run of a graph that draws random numbers draws other ones: no reference then
         found = compare(expected, actual, fp64_reference(graph.gm, graph.inputs))
     return [m.to_dict() for m in found]

@@ -43,6 +43,7 @@ from torch.fx.node import map_arg
 
 from tdbg.compiler.torch_compat import pytree
 from tdbg.minifier.diagnose.accuracy import FP64_MULTIPLIER, TOLERANCES, reference_judges
+from tdbg.minifier.diagnose.same_draws import draws_random
 
 VERDICTS = {
     "ok": "every compared node and output is within tolerance",
@@ -264,11 +265,6 @@ _CALLS = {
 }
 
 
-def _is_random(node) -> bool:
-    tags = getattr(node.target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
-
-
 def _is_mutating(node) -> bool:
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.is_mutable)
@@ -283,7 +279,7 @@ def observed_nodes(gm, eager_env: dict) -> tuple:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        if _is_random(node) or any(a in tainted for a in node.all_input_nodes):
+        if draws_random(node) or any(a in tainted for a in node.all_input_nodes):
             tainted.add(node)
             continue
         if isinstance(eager_env.get(node), torch.Tensor) and not _is_mutating(node):

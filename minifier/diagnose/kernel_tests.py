@@ -245,24 +245,20 @@ def _is_view(node) -> bool:
                                            or getattr(target, "__name__", "").split(".")[0] in _VIEW_LIKE)
 
 
-def _is_random(node) -> bool:
-    import torch
-    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
-
-
 def kernel_nodes(gm, names) -> tuple:
     """(the nodes a kernel's test computes, in graph order; the views among them it only reads
     its inputs through; [(node, why)] left to eager)."""
+    from tdbg.minifier.diagnose.same_draws import draws_random
     by_name = {n.name: n for n in gm.graph.nodes}
     own = [by_name[n] for n in names if by_name.get(n) is not None and by_name[n].op == "call_function"]
-    not_tested = [(n.name, "draws random numbers; its eager value is an input") for n in own if _is_random(n)]
-    chosen = {n for n in own if not _is_random(n)}
+    not_tested = [(n.name, "draws random numbers; its eager value is an input") for n in own if draws_random(n)]
+    chosen = {n for n in own if not draws_random(n)}
     chosen = {n for n in chosen if not (n.target is operator.getitem and n.args[0] not in chosen)}
     chosen |= {u for n in chosen for u in n.users if u.target is operator.getitem}
     # views between two of the kernel's nodes (e.g. a fused value expanded and read back)
     below = _reach(chosen, lambda n: n.users)
     above = _reach(chosen, lambda n: n.all_input_nodes)
-    chosen |= {n for n in below & above if n.op == "call_function" and not _is_random(n)}
+    chosen |= {n for n in below & above if n.op == "call_function" and not draws_random(n)}
     # chains of views the kernel reads through: the kernel indexes their base buffers
     through: set = set()
     frontier = [a for n in chosen for a in n.all_input_nodes if a not in chosen and _is_view(a)]

@@ -110,7 +110,8 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
     result.outputs = len(graph.expected)
     result.max_abs_error = _max_error(graph.expected, actual)
     found = compare(graph.expected, actual)
-    random_ops = sorted({str(n.target) for n in graph.gm.graph.nodes if _draws_random(n)})
+    from tdbg.minifier.diagnose.same_draws import draws_random
+    random_ops = sorted({str(n.target) for n in graph.gm.graph.nodes if draws_random(n)})
     if found and not random_ops:
         # a float64 run of a graph that draws random numbers draws other ones: no reference then
         found = compare(graph.expected, actual, fp64_reference(graph.gm, graph.inputs))
@@ -127,12 +128,6 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
         if random_ops:
             result.error["message"] += (f"\nthe graph draws random numbers ({', '.join(random_ops)}): a backend's own "
                                         "random streams may differ from eager's, so this mismatch need not be a bug")
-
-
-def _draws_random(node) -> bool:
-    """The node draws random numbers (an op tagged nondeterministic_seeded: dropout, rand, ...)."""
-    import torch
-    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
 
 def spec_for(name: str, graph: SavedGraph) -> dict:

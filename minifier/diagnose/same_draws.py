@@ -23,6 +23,27 @@ from torch.fx.node import map_arg
 from tdbg.minifier.diagnose.accuracy import to_fp64
 
 
+# (argument, value at which the op draws nothing): attention carries the random tag for its dropout,
+# which transformers leave at 0 in eval mode; native_dropout outside training is the identity
+NO_DRAW = (("dropout_p", 0.0), ("train", False))
+
+
+def draws_random(node) -> bool:
+    """The FX node draws random numbers: its op is tagged nondeterministic_seeded (dropout, rand,
+    attention) and no NO_DRAW argument rules a draw out. Attention with dropout_p = 0 counted as
+    random once, and everything after a transformer's first attention went unjudged."""
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = getattr(node.target, "_schema", None)
+    for i, arg in enumerate(schema.arguments if schema is not None else ()):
+        for name, idle in NO_DRAW:
+            if arg.name == name:
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(name, arg.default_value)
+                if value == idle:
+                    return False
+    return True
+
+
 def _eager_dtype(node):
     val = node.meta.get("example_value", node.meta.get("val"))
     return val.dtype if isinstance(val, torch.Tensor) else None
