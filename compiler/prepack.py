@@ -28,8 +28,8 @@ inputs and packs at run time:
 The packed copies live as long as the compiled graph: about one more copy of every packed weight,
 plus MKL's fixed ~7.5 MiB each; a linear whose packed copy would exceed MAX_PACKED_RATIO times its
 weight is decided at its first call to run on oneDNN's packed weight (about the weight's size)
-where that pays (DNN_INSTEAD: 16 rows or more, a weight of 1 << 17 elements or more), else plain
-(the graph's own addmm/mm).
+where that pays (DNN_INSTEAD: 16 rows and 1 << 17 weight elements, or many rows and a smaller
+weight), else plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
 
@@ -49,11 +49,13 @@ MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to m
 # than this many times its weight runs plain (tdbg memory: a 1 MiB BERT's compiled peak was 94 MiB).
 MAX_PACKED_RATIO = 2.5
 _PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
-# (min rows, min weight elements): a linear whose MKL copy is too large runs on oneDNN's packed
-# weight (about the weight's size) instead of plain addmm. 2 threads, addmm vs oneDNN ms: [256, 512]
-# 0.036 vs 0.029 at 16 rows, 0.106 vs 0.093 at 128; [768, 768] 0.092/0.064, 0.424/0.396; but
-# [256, 256] 0.016/0.023 at 16 rows and 0.061/0.056 at 128 (below 1 << 17 elements it is a wash)
-DNN_INSTEAD = (16, 1 << 17)
+# (min rows, min weight elements) rows: a linear whose MKL copy is too large runs on oneDNN's packed
+# weight (about the weight's size) instead of plain addmm when some row holds. 2 threads, addmm vs
+# oneDNN ms: [256, 512] 0.036 vs 0.029 at 16 rows, 0.106 vs 0.093 at 128; [768, 768] 0.092/0.064,
+# 0.424/0.396; smaller weights only with many rows: [256, 256] 0.016/0.023 at 16 rows, 0.061/0.056
+# at 128, oneDNN/addmm 0.92 from 1024; ConvNeXt's [384, 96] 1.01 at 512 rows, 0.85 at 1024, 0.80
+# at 6272; [128, 128] 1.08 at 1024, 0.91 from 2048
+DNN_INSTEAD = ((16, 1 << 17), (1024, 1 << 15), (2048, MIN_WEIGHT))
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:
@@ -221,7 +223,7 @@ class PackedWeights:
         if packed is not None:
             return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
         # an inference tensor (no version) would be reordered on every call: plain addmm is cheaper
-        if rows >= DNN_INSTEAD[0] and wt.numel() >= DNN_INSTEAD[1] and tensor_version(w) is not None \
+        if any(rows >= r and wt.numel() >= n for r, n in DNN_INSTEAD) and tensor_version(w) is not None \
                 and _dnn_linear_available():
             return self.dnn_linear(("dnn", slot), x, w, bias, kn)
         return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())

@@ -242,3 +242,25 @@ def test_a_symbolic_row_count_below_the_rows_minimum_runs_plain():
             check(fn, compiled, x, w, b)
     torch._dynamo.reset()
     assert graphs[-1].size_symbols and "_packed." not in graphs[-1].source_code
+
+
+def _dnn_case(rows, elements):
+    """x [rows, 64], w [elements // 64, 64], b: a linear with this row count and weight size."""
+    n = max(1, elements // 64)
+    return randn(rows, 64), randn(n, 64, seed=1, scale=0.1), randn(n, seed=2)
+
+
+@pytest.mark.parametrize("rows,elements", prepack.DNN_INSTEAD, ids=[f"{r}x{n}" for r, n in prepack.DNN_INSTEAD])
+def test_a_linear_too_large_for_mkl_runs_on_onednn_from_each_rows_thresholds(rows, elements, monkeypatch):
+    """Each DNN_INSTEAD row: a linear MKL declines runs on oneDNN's packed weight at the row's
+    row count and weight size, plain addmm with one row fewer (unless another row holds), and
+    both give addmm's answer within float32 tolerance."""
+    if not prepack._dnn_linear_available():
+        pytest.skip("oneDNN linear not available")
+    monkeypatch.setattr(prepack, "_mkl_pack", lambda w, r: None)   # MKL declines every weight
+    for r, dnn in ((rows, True), (rows - 1, any(rows - 1 >= r2 and elements >= n2 for r2, n2 in prepack.DNN_INSTEAD))):
+        x, w, b = _dnn_case(r, elements)
+        pw = prepack.PackedWeights()
+        out = pw.linear(0, x, w, b)
+        assert (("dnn", 0) in pw.slots) == dnn, (r, elements)
+        torch.testing.assert_close(out, torch.addmm(b, x, w.t()), rtol=1e-4, atol=1e-4)
