@@ -216,8 +216,9 @@ class PackedWeights:
 
     def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], kn: bool = False):
         """x @ W.t() + bias (W = w, or w.t() when `kn`: w stored [K, N]), with W packed for x's
-        row count (repacked when `w` changed); plain addmm/mm (the graph's own op) when the
-        packed copy would exceed MAX_PACKED_RATIO."""
+        row count (repacked when `w` changed). When MKL's copy would exceed MAX_PACKED_RATIO:
+        oneDNN's packed weight where a DNN_INSTEAD row holds, else plain addmm/mm (the graph's
+        own op)."""
         rows, wt = x.shape[0], (w.t() if kn else w)
         packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
         if packed is not None:
