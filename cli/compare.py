@@ -311,7 +311,7 @@ def _render_stages(c, s: dict) -> None:
         for col in ("value", "aten vs eager", "compiled vs eager"):
             t.add_column(col, justify="left" if col == "value" else "right", no_wrap=True)
         for v in s["values"]:
-            cells = [_num(v[k]["abs_eager"]) + (" x" if v[k]["diverges"] else "") if v.get(k) else "-"
+            cells = [_err(v[k]) + (" x" if v[k]["diverges"] else "") if v.get(k) else "-"
                      for k in ("aot", "compiled")]
             t.add_row(escape(v["path"]), *cells, style="red" if any(c.endswith(" x") for c in cells) else None)
         from rich.padding import Padding
@@ -392,9 +392,14 @@ def _table(c, rows: list, indices, mark, *, gaps: bool = True, first: str = "<- 
         status = first if i == mark else ("x" if r["diverges"] else "")
         style = "bold red" if i == mark else ("red" if r["diverges"] else None)
         t.add_row(str(r["index"]), escape(r.get("path") or r["name"]), escape(r["op"]), _num(r["abs_ref"]),
-                  _num(r["eager_abs_ref"]), _num(r["abs_eager"]), status, style=style)
+                  _num(r["eager_abs_ref"]), _err(r), status, style=style)
     c.print(t)
 
 
 def _num(x) -> str:
     return "-" if x is None else f"{x:.3g}"
+
+
+def _err(row: dict) -> str:
+    """A value's error vs eager, or what makes it incomparable ("dtype differs", "shape differs")."""
+    return row["mismatch"].split(":")[0] if row.get("mismatch") else _num(row["abs_eager"])

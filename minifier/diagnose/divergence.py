@@ -83,6 +83,7 @@ class NodeError:
     source: Optional[str] = None
     kernel: Optional[str] = None
     path: Optional[str] = None  # outputs only: out[i]
+    mismatch: Optional[str] = None   # the compiled value is not comparable: another dtype or shape
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -362,8 +363,11 @@ def judge(compiled, eager, ref, *, tolerance=None, rounded=None) -> dict:
     """Errors of one compiled value and whether it diverges (accuracy.py's rule, for one tensor),
     at the tolerance of the looser of its dtype and `rounded` (rounding_dtypes)."""
     if compiled.shape != eager.shape or compiled.dtype != eager.dtype:
+        what = "dtype" if compiled.shape == eager.shape else "shape"
         return dict(abs_ref=None, rel_ref=None, abs_eager=float("inf"), rel_eager=float("inf"),
-                    eager_abs_ref=None, diverges=True)
+                    eager_abs_ref=None, diverges=True,
+                    mismatch=f"{what} differs: expected {tuple(eager.shape)} {eager.dtype}, got "
+                             f"{tuple(compiled.shape)} {compiled.dtype}")
     if not eager.is_floating_point():
         equal = torch.equal(compiled, eager)
         d = 0.0 if equal else float((compiled.double() - eager.double()).abs().max())
@@ -693,6 +697,8 @@ def _grows(n: NodeError) -> bool:
 
 
 def _err_text(n: NodeError) -> str:
+    if n.mismatch:
+        return n.mismatch
     if n.abs_ref is not None:
         return f"max abs error {n.abs_ref:.3g} vs float64 (eager's own {n.eager_abs_ref:.3g}), {n.abs_eager:.3g} vs eager"
     return f"max abs error {n.abs_eager:.3g} vs eager"

@@ -195,7 +195,8 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
 
 
 def _listing(rows: list, key: str) -> str:
-    return ", ".join(f"{v.path} (max abs error {v.__dict__[key]['abs_eager']:.3g})" for v in rows[:4]) + \
+    return ", ".join(f"{v.path} ({v.__dict__[key].get('mismatch') or 'max abs error %.3g' % v.__dict__[key]['abs_eager']})"
+                     for v in rows[:4]) + \
         (f" and {len(rows) - 4} more" if len(rows) > 4 else "")
 
 

@@ -488,3 +488,16 @@ def test_a_bug_after_attention_is_found():
     r = compare_graph(gm, inputs, "inductor", config=tconfig.current().replace(inject_bug=("erf", "accuracy")))
     assert r.verdict == "culprit" and (r.culprit.name, r.culprit.op) == ("erf", "aten.erf")
     assert not any("random ops are not compared" in note for note in r.notes)
+
+
+def test_a_value_of_another_dtype_is_named_so_not_an_infinite_error():
+    """A compiled value of another dtype (or shape) is not comparable: the verdict says which and
+    what was expected, where it once read 'max abs error inf'."""
+    gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
+
+    def to_double(gm, example_inputs):   # a per-graph compiler whose results come back float64
+        return lambda *args: [o.double() for o in gm(*args)]
+    r = compare_graph(gm, inputs, to_double)
+    assert r.verdict == "culprit" and r.culprit.name == "neg"
+    expected = "dtype differs: expected (4, 8) torch.float32, got (4, 8) torch.float64"
+    assert r.culprit.mismatch == expected and expected in r.message and "inf" not in r.message
