@@ -44,12 +44,12 @@ def concat_linears(gm: torch.fx.GraphModule, example_inputs, config, kind: str, 
     if kind != "inference" or not getattr(config, "concat_linears", True) or not config.hoist_weights \
             or not static_names or not all(_static(x) for x in example_inputs):
         return gm
-    static = set(static_names)
-    if not _groups(gm.graph, static):
+    found = _groups(gm.graph, set(static_names))
+    if not found:
         return gm
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    groups = _groups(graph, static)
+    graph, copies = torch.fx.Graph(), {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    groups = [[copies[n] for n in g] for g in found]
     for group in groups:
         _rewrite(graph, group)
     try:
