@@ -11,9 +11,11 @@ re-run `iterations` times each with the arguments of its last call in the script
 (a sample batches calls shorter than timing.SAMPLE_MIN_S), judged NOISY or not (timing.noisy_reason:
 a busy machine, widely spread samples), and once more under `torch.profiler`; the result is a
 `ProfileReport` (plain data, `to_dict()` is the `--json` payload): per-callable times and
-speedups, per-graph backend compile times, tdbg's per-stage compile times (its debug.log), the
-compiler's kernels and aten fallbacks (its report_path lines), graph breaks and recompiles
-(`explain.build_report`), profiler tables and the lost-speed flags. Nothing here prints.
+speedups, what subnormal values cost (`subnormals.examine`: counted in one eager call; where
+there are any, eager and compiled timed again with them flushed), per-graph backend compile
+times, tdbg's per-stage compile times (its debug.log), the compiler's kernels and aten fallbacks
+(its report_path lines), graph breaks and recompiles (`explain.build_report`), profiler tables
+and the lost-speed flags. Nothing here prints.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from typing import Any, Callable, Optional
 
 from tdbg.minifier.diagnose.timing import (CpuWatch, Timing, alternate, calls_per_sample, median, minor_faults,
                                            warm_up)
+from tdbg.minifier.diagnose.subnormals import examine, flag_message as subnormal_flag
 from tdbg.minifier.runs.names import frame_label
 
 KERNEL_NAME = re.compile(r"cpp_fused")
@@ -238,6 +241,7 @@ class CallableProfile:
     minor_faults_per_call: Optional[float]
     noisy: Optional[str] = None     # why eager vs compiled cannot be compared here (timing.noisy_reason)
     calls_per_sample: int = 1
+    subnormals: Optional[dict] = None   # subnormals.examine: what the eager call read, what flushing saves
 
     @property
     def cold_compile_s(self) -> Optional[float]:
@@ -345,6 +349,9 @@ def _profile_passes(script: str, argv: list, backend: str, iterations: int, trac
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             step(f"timing {len(compiled.callables)} compiled callable(s), {iterations} calls each")
             timings = [_time_callable(c, iterations) for c in compiled.callables]
+            step("counting subnormal values")
+            for c, t in zip(compiled.callables, timings):
+                t.subnormals = examine(c.replay(c._original), c.replay(c._target)) if c.last is not None else None
             step("profiling with torch.profiler")
             rows, eager_rows = _profiler_tables(compiled.callables, profile_iterations, trace_path)
     for g, info in zip(graphs, session.graphs):
@@ -567,6 +574,11 @@ def _flag_page_faults(r: ProfileReport) -> list:
     return flags
 
 
+def _flag_subnormals(r: ProfileReport) -> list:
+    lines = [subnormal_flag(c.label, c.subnormals) for c in r.callables if c.subnormals]
+    return [{"kind": "subnormals", "message": line} for line in lines if line]
+
+
 def _flag_slower(r: ProfileReport) -> list:
     return [{"kind": "slower", "message": f"{c.label}: compiled is {1 / c.speedup:.2f}x slower than eager"}
             for c in r.callables if c.speedup is not None and c.speedup < 1.0 and not c.noisy]
@@ -585,7 +597,7 @@ def _flag_overhead(r: ProfileReport) -> list:
 
 
 LOST_SPEED_CHECKS = (_flag_graph_breaks, _flag_recompiles, _flag_fallbacks, _flag_page_faults, _flag_overhead,
-                     _flag_slower, _flag_noisy)
+                     _flag_subnormals, _flag_slower, _flag_noisy)
 
 
 def lost_speed_flags(report: ProfileReport) -> list:
