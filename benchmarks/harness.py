@@ -53,6 +53,7 @@ class Settings:
     threads: int = 2
     quick: bool = False
     dtype: str = "float32"        # models.py --dtype: the floating dtype of weights and inputs
+    flush_subnormals: bool = False  # models.py --flush-subnormals: FTZ/DAZ in every thread while timing
 
 
 QUICK = dict(repeat=3, warmup=1, run_seconds=0.002, copy_elements=1 << 20, quick=True)
@@ -301,7 +302,8 @@ def machine() -> dict:
 
 @contextlib.contextmanager
 def benchmark_state(settings: Settings):
-    """Threads, MHA fast path off, fresh tdbg and Inductor caches, no-grad; all restored afterwards."""
+    """Threads, MHA fast path off, fresh tdbg and Inductor caches, no-grad, subnormals flushed in
+    every thread when `settings.flush_subnormals`; all restored afterwards."""
     import torch
     from tdbg.compiler import config as tdbg_config
     saved = (torch.get_num_threads(), torch.backends.mha.get_fastpath_enabled(),
@@ -312,10 +314,16 @@ def benchmark_state(settings: Settings):
     # torch's Inductor takes its cache location from the environment when it compiles
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     cfg = tdbg_config.current().replace(cache_dir=os.path.join(cache, "tdbg"), num_threads=settings.threads)
+    flushing = None
     try:
         with tdbg_config.use(cfg), torch.no_grad():
+            if settings.flush_subnormals:
+                from tdbg.minifier.diagnose.subnormals import set_flush
+                flushing = set_flush(True)
             yield
     finally:
+        if flushing is not None:
+            set_flush(flushing)
         torch.set_num_threads(saved[0])
         torch.backends.mha.set_fastpath_enabled(saved[1])
         if saved[2] is None:

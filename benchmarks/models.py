@@ -589,7 +589,10 @@ def run(models: list, modes: list, backends: list, settings: Settings, shapes: d
         harness.startup_cost("torch:eager")     # Dynamo's own first use, charged to no backend
         startup = [harness.startup_cost(b) for b in backends if b != "eager"]
         rows, timings = [], {}
+        subnormal = {}
         for zm in models:
+            if "inference" in modes:
+                subnormal[zm.name] = subnormal_share(zm, settings, shapes)
             for mode in modes:
                 t0, phases = time.perf_counter(), Phases()
                 cells = RUNNERS[mode](zm, backends, settings, shapes, phases)
@@ -603,7 +606,34 @@ def run(models: list, modes: list, backends: list, settings: Settings, shapes: d
             "modes": modes, "shapes": {k: list(v) for k, v in shapes.items()}, "startup": startup,
             "dynamic_sizes": {k: [list(v) for v in sizes] for k, sizes in DYNAMIC_SIZES[settings.quick].items()},
             "models": {zm.name: zm.description for zm in models}, "cells": rows, "phases": timings,
-            "summary": summary(rows, modes)}
+            "subnormal_share": subnormal, "summary": summary(rows, modes)}
+
+
+def subnormal_share(zm: ZooModel, settings: Settings, shapes: dict) -> float:
+    """The share of the values one eager inference call's ops read that are subnormal. Arithmetic
+    on them is slow for every backend, so where it is high the time/inductor ratio measures the
+    CPU's microcode as much as the compilers (--flush-subnormals times them flushed). Counted with
+    flushing off (flushed, the model would compute zeros instead), on a model built for the count."""
+    from tdbg.minifier.diagnose.subnormals import census, set_flush
+    flushing = settings.flush_subnormals and set_flush(False)
+    try:
+        net, inputs = build(zm, settings.quick, shapes, dtype=settings.dtype)
+        return census(lambda: net(*inputs)).share
+    finally:
+        if settings.flush_subnormals:
+            set_flush(flushing)
+
+
+def subnormal_line(payload: dict) -> Optional[str]:
+    """Which models read subnormal values, and whether they were timed flushed."""
+    found = {m: share for m, share in (payload.get("subnormal_share") or {}).items() if share}
+    if not found:
+        return None
+    flushed = payload["settings"].get("flush_subnormals")
+    return ("subnormal values among those eager's ops read: " + ", ".join(f"{m} {v:.2%}" for m, v in found.items())
+            + ("; timed with them flushed to zero in every thread (--flush-subnormals)" if flushed else
+               "; arithmetic on them is the CPU's slow path for every backend alike, so these models' ratios "
+               "are diluted (--flush-subnormals times them flushed to zero)"))
 
 
 def progress_line(what: str, seconds: float, cells: list, phases) -> str:
@@ -710,7 +740,8 @@ def render(payload: dict, console=None) -> None:
     console = console or Console(width=180, highlight=False)
     m, s = payload["machine"], payload["settings"]
     console.print(f"{m['date']}  {m['cpu']}  {m['cores']} cores  torch {m['torch']}  threads={s['threads']}  "
-                  f"repeat={s['repeat']}  dtype={s.get('dtype', 'float32')}  shapes={payload['shapes']}")
+                  f"repeat={s['repeat']}  dtype={s.get('dtype', 'float32')}  shapes={payload['shapes']}"
+                  + ("  subnormals flushed" if s.get("flush_subnormals") else ""))
     for st in payload["startup"]:
         text = f"error {st['error']}" if "error" in st else f"{st['startup_s']:.3f} s"
         console.print(f"start-up {st['backend']}: {text}")
@@ -721,8 +752,9 @@ def render(payload: dict, console=None) -> None:
     console.print(table)
     for line in dynamic_lines(payload["cells"]):
         console.print(line, soft_wrap=True)
-    for line in summary_lines(payload["summary"]):
-        console.print(line, soft_wrap=True)
+    for line in summary_lines(payload["summary"]) + [subnormal_line(payload)]:
+        if line:
+            console.print(line, soft_wrap=True)
 
 
 def dynamic_lines(rows: list) -> list:
@@ -755,6 +787,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, help="timed runs per backend")
     p.add_argument("--batch", type=int, help="batch size for every model")
     p.add_argument("--seq-len", type=int, help="sequence length (text) / image side (vision) for every model")
+    p.add_argument("--flush-subnormals", action="store_true",
+                   help="time with subnormal values flushed to zero (FTZ/DAZ) in every thread, for every backend")
     p.add_argument("--json", dest="json_path", help="write the results as JSON")
     args = p.parse_args(argv)
     args.modes = ["dynamic"] if args.dynamic else [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -774,7 +808,7 @@ def shapes_for(args) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     changes = dict(TINY_SETTINGS if args.tiny else DEFAULT_SETTINGS, quick=args.tiny, threads=args.threads,
-                   dtype=args.dtype)
+                   dtype=args.dtype, flush_subnormals=args.flush_subnormals)
     if args.repeat is not None:
         changes["repeat"] = args.repeat
     models = [BY_NAME[n] for n in args.only] if args.only else list(SETS[args.model_set or "zoo"])

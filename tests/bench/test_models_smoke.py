@@ -55,6 +55,7 @@ def test_tiny_model_runs_and_tdbg_matches_eager(doc):
         assert eager["speedup_vs_eager"] == 1.0 and eager["compile_s"] == 0.0
         assert tdbg["speedup_vs_eager"] == pytest.approx(eager["median_s"] / tdbg["median_s"])
         assert tdbg["compile_s"] > 0 and tdbg["time_vs_inductor"] is None
+    assert doc["subnormal_share"] == {MODEL: 0.0} and doc["settings"]["flush_subnormals"] is False
 
 
 def test_wrong_gradient_is_a_mismatch_not_a_time(monkeypatch):
@@ -209,3 +210,43 @@ def test_progress_line_carries_each_backends_figures():
         "x.py:backend MISMATCH")
     sized = [Cell("gpt2 len 77", "tdbg", median_s=0.05, time_vs_inductor=0.876)]
     assert m.progress_line("gpt2 dynamic", 3.0, sized, m.Phases()) == "gpt2 dynamic: 3.0 s; tdbg len 77 50.0 ms 0.88x inductor"
+
+
+def test_subnormals_are_counted_and_named_and_can_be_flushed_for_every_backend():
+    """Random-init MobileViT's activations decay into subnormal numbers (every backend computes
+    on them slowly): the run names the share, and --flush-subnormals times with them flushed."""
+    _flush_or_skip()
+    m = _models()
+    settings = m.Settings(**m.TINY_SETTINGS, quick=True)
+    share = m.subnormal_share(m.BY_NAME["mobilevit_small"], settings, m.SHAPES[True])
+    assert 0.001 < share < 0.1
+    with m.harness.benchmark_state(m.Settings(flush_subnormals=True)):   # counted unflushed all the same
+        flushed = m.Settings(**m.TINY_SETTINGS, quick=True, flush_subnormals=True)
+        assert m.subnormal_share(m.BY_NAME["mobilevit_small"], flushed, m.SHAPES[True]) == share
+        assert (torch.full((1 << 20,), 1e-39) * 1).count_nonzero() == 0     # and flushing again after
+    payload = {"subnormal_share": {"mobilevit_small": 0.0082, "gpt2": 0.0}, "settings": {"flush_subnormals": False}}
+    assert m.subnormal_line(payload) == (
+        "subnormal values among those eager's ops read: mobilevit_small 0.82%; arithmetic on them is the CPU's slow "
+        "path for every backend alike, so these models' ratios are diluted (--flush-subnormals times them flushed to zero)")
+    payload["settings"]["flush_subnormals"] = True
+    assert m.subnormal_line(payload).endswith("mobilevit_small 0.82%; timed with them flushed to zero in every "
+                                              "thread (--flush-subnormals)")
+    assert m.subnormal_line({"subnormal_share": {"gpt2": 0.0}, "settings": {}}) is None
+    assert m.parse_args(["--flush-subnormals"]).flush_subnormals and not m.parse_args([]).flush_subnormals
+
+
+def _flush_or_skip():
+    from tdbg.minifier.diagnose.subnormals import flush_supported
+    if flush_supported() is not None:
+        pytest.skip(flush_supported())
+
+
+def test_benchmark_state_flushes_every_thread_and_restores():
+    _flush_or_skip()
+    m = _models()
+    x = torch.full((1 << 20,), 1e-39)
+    with m.harness.benchmark_state(m.Settings(flush_subnormals=True)):
+        assert (x * 1).count_nonzero() == 0
+    assert (x * 1).count_nonzero() == x.numel()
+    with m.harness.benchmark_state(m.Settings()):
+        assert (x * 1).count_nonzero() == x.numel()
