@@ -164,6 +164,8 @@ ENTRIES = Table([
       "the promotion kind of each pointwise op"),
     E("get_decompositions", "torch._decomp", "get_decompositions", "tdbg's decomposition table"),
     E("pytree", "torch.utils._pytree", None, "flattening outputs and arguments"),
+    E("TorchDispatchMode", "torch.utils._python_dispatch", "TorchDispatchMode",
+      "tdbg profile's count of the subnormal values each aten op reads", ("2.13.0",)),
 ])
 del E
 

@@ -111,8 +111,8 @@ def count_subnormal(t) -> int:
 def census(fn: Callable[[], object]) -> Census:
     """Call `fn()` once, counting what each aten op reads (see the module docstring)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+
+    from tdbg.compiler.torch_compat import TorchDispatchMode, pytree
 
     counted = tuple(getattr(torch, name) for name in COUNTED_DTYPES)
     per_op: dict = {}
@@ -121,7 +121,7 @@ def census(fn: Callable[[], object]) -> Census:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
             if name not in MOVES:
-                tensors = [x for x in tree_leaves((args, kwargs or {})) if isinstance(x, torch.Tensor)
+                tensors = [x for x in pytree.tree_leaves((args, kwargs or {})) if isinstance(x, torch.Tensor)
                            and x.dtype in counted and x.layout == torch.strided and x.device.type != "meta"]
                 if tensors:
                     row = per_op.setdefault(name, OpCount(name))

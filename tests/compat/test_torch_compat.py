@@ -382,6 +382,20 @@ def _check_pytree(pytree):
     assert tspec.type is tuple and tspec.num_children == 2 and tspec.child(0).is_leaf()
 
 
+def _check_torch_dispatch_mode(mode_type):
+    seen = []
+
+    class Record(mode_type):    # what subnormals.census reads: the op's packet name and its tensor args
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((func.overloadpacket.__name__, [a.shape for a in args if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    with Record():
+        torch.mm(a, b)
+    assert seen == [("mm", [torch.Size([2, 3]), torch.Size([3, 4])])]
+
+
 def _check_is_functorch_wrapped_tensor(fn):
     seen = []
     torch.vmap(lambda r: seen.append(fn(r)) or r)(torch.ones(2, 3))
@@ -529,6 +543,7 @@ CHECKS = {
     "has_kernel_for_dispatch_key": _check_has_kernel, "RecordFunctionFast": _check_record_function_fast,
     "elementwise_dtypes": _check_elementwise_dtypes, "ELEMENTWISE_TYPE_PROMOTION_KIND": _check_promotion_kind,
     "get_decompositions": _check_get_decompositions, "pytree": _check_pytree,
+    "TorchDispatchMode": _check_torch_dispatch_mode,
     "is_functorch_wrapped_tensor": _check_is_functorch_wrapped_tensor,
     # inductor_hooks
     "compile_fx": _check_compile_fx, "compile_fx_inner": _check_compile_fx_inner,
