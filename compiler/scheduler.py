@@ -10,6 +10,9 @@ Fusion rules (each accepted decision is a counted fusion, see lowering.take_fusi
   producer stores it at (vertical: producer -> consumer, incl. reductions feeding pointwise
   epilogues and reductions sharing outer loops); otherwise it joins as a sibling over the same
   space (horizontal) when it does not read the group's buffers at all;
+- a reduction over the last dims of a pointwise group it reads joins it, the group's nodes
+  becoming inner nodes of the reduction's outer loops (`_into_reduction`: attention's scaled
+  scores feeding softmax's max);
 - a 2-d column reduction (x.sum(0)) joins a group holding a contiguous row reduction of the
   same iteration space (x.sum(1)) that reads some of its inputs at the same element, and its
   pointwise epilogues follow it (`ColumnPart`, "row+column" in the log): one pass reads the
@@ -172,8 +175,9 @@ class KernelGroup:
         return list(dict.fromkeys(o for n in self.nodes for o in n.origins))
 
 
-def _fusable(group: KernelGroup, node: SchedulerNode, config):
-    """(reason, node as placed in the group) when `node` may join `group`, else (None, node)."""
+def _fusable(group: KernelGroup, node: SchedulerNode, config, readers=None):
+    """(reason, node as placed in the group) when `node` may join `group`, else (None, node).
+    `readers`: buffer name -> the scheduled nodes that read it (every node of the graph)."""
     if len(group.nodes) >= config.max_fusion_size:
         return None, node
     node.column_part = None
@@ -185,6 +189,8 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
         node.column_part = _column_part(group, node, config)
         if node.column_part is not None:
             return "row+column", node
+    if node.is_reduction and group.ranges != node.ranges:
+        return _into_reduction(group, node, readers or {})
     if group.ranges != node.ranges:
         n = len(group.ranges)
         if node.is_reduction or not n or len(node.ranges) <= n or node.ranges[:n] != group.ranges:
@@ -204,6 +210,45 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config):
     return ("vertical" if shared else "horizontal"), node
 
 
+MIN_INNER_ROW = 16   # a shorter row would run the group's pointwise loops unvectorized
+
+
+def _row_reader(reader, reduction: SchedulerNode) -> bool:
+    """Whether `reader` could share `reduction`'s outer loops: a reduction over the same rows, or
+    a pointwise over the rows and the reduced dims."""
+    if not isinstance(reader, SchedulerNode):
+        return False
+    if reader.is_reduction:
+        return reader.ranges == reduction.ranges and reader.rranges == reduction.rranges
+    return reader.ranges == reduction.ranges + reduction.rranges
+
+
+def _into_reduction(group: KernelGroup, node: SchedulerNode, readers: dict):
+    """A reduction over the last dims of a pointwise group it reads (scores / c, then softmax's
+    max over the last dim): the group's nodes become inner nodes of the reduction's outer loops, so
+    the reduction reads them from a scratch row instead of a buffer written by a kernel of its
+    own. Only when every reader of the group could join those loops too (a reduction over the
+    same rows, a pointwise over the group's space): a buffer some other kernel reads must be
+    written anyway, and that kernel's own fusions (a layer norm backward's column sums) come
+    first. The rebased nodes wait on `node.rebase` until the fusion is taken (schedule)."""
+    outer = len(node.ranges)
+    if math.prod(map(ir.hint, node.rranges)) < MIN_INNER_ROW or group.ranges != node.ranges + node.rranges \
+            or group.columns is not None \
+            or any(n.inner or n.is_reduction or getattr(n.buffer, "loop_order", None) is not None
+                   for n in group.nodes) \
+            or not all(_row_reader(r, node) for n in group.nodes for r in readers.get(n.name, [None])):
+        return None, node
+    rebased = [SchedulerNode(n.buffer, outer_dims=outer) for n in group.nodes]
+    if any(n.ranges != node.ranges or n.rranges != node.rranges for n in rebased):
+        return None, node
+    inside = {n.name: n for n in rebased}
+    shared = [name for name in node.reads if name in inside]
+    if not shared or any(idx != inside[name].store_index for name in shared for idx in node.reads[name]):
+        return None, node
+    node.rebase = rebased
+    return "pointwise into reduction", node
+
+
 def _breaks_loops(group, node) -> bool:
     """A horizontal (nothing shared) fusion of `node` would mix an inner-split pointwise with a
     reduction: the group then loses its reduction's loop order (plan_lanes runs no chunked outer
@@ -218,22 +263,25 @@ def _breaks_loops(group, node) -> bool:
 def schedule(operations, graph_outputs, config):
     """Return (items, fusions): items are KernelGroups and ExternNodes in execution order."""
     operations = eliminate_dead(operations, graph_outputs)
+    nodes = [ExternNode(op) if isinstance(op, ExternKernel) else SchedulerNode(op) for op in operations]
+    readers: dict = {}
+    for n in nodes:
+        for name in n.read_names():
+            readers.setdefault(name, []).append(n)
     items, produced_by, fusions = [], {}, []
-    for op in operations:
-        if isinstance(op, ExternKernel):
-            node = ExternNode(op)
+    for node in nodes:
+        if isinstance(node, ExternNode):
             for name in node.writes:
                 produced_by[name] = len(items)
             items.append(node)
             continue
-        node = SchedulerNode(op)
         first = max((produced_by.get(name, -1) for name in node.read_names()), default=-1)
         placed = False
         for pos in range(max(first, 0), len(items)):
             group = items[pos]
             if not isinstance(group, KernelGroup):
                 continue
-            reason, placed_node = _fusable(group, node, config)
+            reason, placed_node = _fusable(group, node, config, readers)
             if reason is None:
                 continue
             index = take_fusion(config)
@@ -243,6 +291,8 @@ def schedule(operations, graph_outputs, config):
             log.info("fuse %s into %s (%s, ranges %s)", node.name, group.writes, reason, list(node.ranges))
             if placed_node.column_part is not None:
                 _join_columns(group, placed_node, config)
+            if getattr(placed_node, "rebase", None):
+                group.nodes[:], group.ranges = placed_node.rebase, placed_node.ranges
             fusions.append({"index": index, "nodes": [*group.writes, node.name], "group": pos})
             group.nodes.append(placed_node)
             produced_by[node.name] = pos

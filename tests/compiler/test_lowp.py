@@ -122,8 +122,10 @@ def test_fused_chain_rounds_where_eager_does(case):
     x64, y64 = x.double(), y.double()
     ref = torch.tanh(F.gelu(x64 + y64) * y64).exp()
     assert ((g - ref).abs() <= (e - ref).abs() + ulp(e, dtype)).all()
-    # the chain is one fused kernel: its roundings happen in registers, not through memory
-    assert "cpp_fused__to_copy_add_erf_exp_mul_tanh_0" in compiled.kernels
+    # the chain is in one fused kernel: its roundings happen in registers, not through memory
+    # (with the softmax over the same converted x: scheduler._into_reduction)
+    [kernel] = [k for k, nodes in compiled.kernel_nodes.items() if "tanh" in nodes]
+    assert {"add", "erf", "mul_1", "tanh", "exp"} <= set(compiled.kernel_nodes[kernel])
 
 
 def test_reductions_accumulate_in_float(case):

@@ -239,3 +239,40 @@ def test_the_reduction_accumulates_in_the_producer_only_at_its_index_and_ranges(
     group = SimpleNamespace(nodes=[producer, consumer], lane=None, columns=None)
     assert scheduler.accumulates_in_producer(group, producer, current()) == (consumer, reason)
     assert scheduler.accumulates_in_producer(group, consumer, current()) == (None, None)
+
+
+# -- a pointwise group feeding a reduction over its last dims joins the reduction's loops -------
+def scaled_softmax(s):
+    return torch.softmax(s / 6.0, -1)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 37), (2, 4, 196), (6, 17)])
+def test_scaled_scores_run_inside_the_softmax_kernel(shape):
+    """Attention's `softmax(scores / c)`: the division is read twice by the softmax (its max and
+    its exp), so it used to be a kernel of its own writing a buffer; now it is an inner node of the
+    softmax's row loop, kept in a scratch row."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    x[0, ..., 3] = float("nan")
+    x[-1, ..., :] = float("inf")
+    compiled, messages = schedule_messages(scaled_softmax, x)
+    assert len(compiled.kernels) == 1, compiled.kernels
+    assert [m for m in messages if "pointwise into reduction" in m] == [
+        f"fuse buf1 into ['buf0'] (pointwise into reduction, ranges {list(shape[:-1])})"]
+    assert "scratch0[" in source(compiled)      # the division's row, never a buffer
+    got, want = compiled(x), scaled_softmax(x)
+    ref = scaled_softmax(x.double())
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert ((got[ok].double() - ref[ok]).abs() <= (want[ok].double() - ref[ok]).abs() + 2 * 2.0 ** -24).all()
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda s: (lambda d: (torch.softmax(d, -1), d.sum(0)))(s / 6.0), "a column sum reads the division too"),
+    (lambda s: torch.softmax(s[:, :8] / 6.0, -1), "rows of 8 are shorter than MIN_INNER_ROW"),
+])
+def test_a_pointwise_keeps_its_kernel_when_the_reduction_cannot_take_it(fn, why):
+    x = torch.randn(40, 64)
+    compiled, messages = schedule_messages(fn, x)
+    assert not [m for m in messages if "pointwise into reduction" in m], why
+    assert len(compiled.kernels) >= 2, why
+    assert scheduler.MIN_INNER_ROW == 16
