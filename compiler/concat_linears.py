@@ -15,7 +15,8 @@ graph with static shapes, each group of two or more `addmm(b_i, a, W_i.t())` (or
     W = cat(W_i); b = cat(b_i); y = addmm(b, a, W.t()); y_i = y[:, off_i : off_i + N_i]
 
 The concatenations depend on weights alone, so hoist.py computes them once per weight version
-(the cache holds one more copy of those weights) and prepack.py packs the wide GEMM. Each y_i is a
+(the cache holds one more copy of those weights) and prepack.py packs the wide GEMM. Groups of
+the same parameters (ALBERT's twelve layers share one set) read one concatenation. Each y_i is a
 column slice, strided by sum(N_i); every node's fake value is recomputed with those strides
 (layout.propagate), and an output keeps eager's strides. Off with `concat_linears=False`
 (TDBG_CONCAT_LINEARS=0, `tdbg bisect`'s `concat linears` row), and whenever hoisting is off (the
@@ -50,8 +51,9 @@ def concat_linears(gm: torch.fx.GraphModule, example_inputs, config, kind: str, 
     graph, copies = torch.fx.Graph(), {}
     graph.output(graph.graph_copy(gm.graph, copies))
     groups = [[copies[n] for n in g] for g in found]
+    cats: dict = {}   # the weights (or biases) concatenated -> their cat: ALBERT's layers share one
     for group in groups:
-        _rewrite(graph, group)
+        _rewrite(graph, group, cats)
     try:
         layout.propagate(graph, example_inputs)
     except Exception as e:   # an op fake tensors cannot run (data-dependent output): leave the graph be
@@ -122,17 +124,32 @@ def _identity(a):
     return a
 
 
-def _rewrite(graph, group: list) -> None:
+def _cat(graph, parts: list, cats: dict, transposed: bool = False):
+    """cat(parts) (or its transpose, for the GEMM) as one node per distinct list of parameters,
+    placed before the first computation (its inputs are all placeholders), so every group using
+    those parameters reads the same node."""
+    key = (tuple(parts), transposed)
+    if key not in cats:
+        if transposed:
+            cat = _cat(graph, parts, cats)
+            with graph.inserting_after(cat):
+                cats[key] = graph.call_function(aten.permute.default, (cat, [1, 0]))
+        else:
+            with graph.inserting_before(next(n for n in graph.nodes if n.op != "placeholder")):
+                cats[key] = graph.call_function(aten.cat.default, (list(parts), 0))
+    return cats[key]
+
+
+def _rewrite(graph, group: list, cats: dict) -> None:
     first = group[0]
     kind = LINEARS[first.target]
     a = first.args[-2]
     weights = [n.args[-1].args[0] for n in group]
     sizes = [w.meta["val"].shape[0] for w in weights]
+    wt = _cat(graph, weights, cats, transposed=True)
     with graph.inserting_before(first):
-        w = graph.call_function(aten.cat.default, (weights, 0))
-        wt = graph.call_function(aten.permute.default, (w, [1, 0]))
         if kind == "addmm":
-            b = graph.call_function(aten.cat.default, ([n.args[0] for n in group], 0))
+            b = _cat(graph, [n.args[0] for n in group], cats)
             y = graph.call_function(aten.addmm.default, (b, a, wt))
         else:
             y = graph.call_function(aten.mm.default, (a, wt))

@@ -195,6 +195,19 @@ PACKERS = {
 }
 
 
+def slot_key(method: str, args: tuple) -> tuple:
+    """Calls that pack one graph input the same way share a slot, so one packed copy serves them:
+    ALBERT's twelve layers reuse one set of weights, and each layer's own copy (twelve times its
+    working set) would not stay in cache. The key holds what the packing depends on: the weight,
+    its orientation, and the row count (MKL) or the input's shape and the geometry (convolution)."""
+    shape = lambda x: tuple(str(s) for s in x.size)   # noqa: E731 (sizes may be symbolic)
+    if method == "conv":
+        x, w, _bias, *geometry = args
+        return method, w.name, shape(x), repr(geometry)
+    x, w, _bias, kn = args
+    return (method, w.name, kn) + ((str(x.size[0]),) if method == "linear" else ())
+
+
 def _mkl_pack(w: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
     """`w` packed by MKL for `rows` rows, or None when the copy would exceed MAX_PACKED_RATIO
     times `w` (the shape is then remembered, so it is packed once per process)."""
@@ -209,7 +222,7 @@ def _mkl_pack(w: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
 
 
 class PackedWeights:
-    """One compiled graph's packed weights, a slot per packed call."""
+    """One compiled graph's packed weights, a slot per packed weight (slot_key)."""
 
     def __init__(self):
         self.slots = {}

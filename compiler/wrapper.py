@@ -232,7 +232,9 @@ class WrapperCodegen:
         # extern GEMMs/convolutions on a packed weight (prepack.py): kernel name -> (slot, method, args)
         rewrites = [(item.kernel.name, prepack.rewrite(item.kernel, kind, config))
                     for item in items if isinstance(item, ExternNode)]
-        self.packed = {name: (slot, *how) for slot, (name, how) in enumerate((n, h) for n, h in rewrites if h)}
+        slots: dict = {}   # prepack.slot_key -> slot: calls packing one weight the same way share it
+        self.packed = {name: (slots.setdefault(prepack.slot_key(*how), len(slots)), *how)
+                       for name, how in rewrites if how}
         self.placeholders = placeholders
         self.buffers = buffers
         self.items, self.plan, self.kernels, self.config = items, plan, kernels, config

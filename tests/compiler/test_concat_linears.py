@@ -157,3 +157,23 @@ def test_a_graph_fake_tensors_cannot_run_is_left_alone(monkeypatch):
     name, fn, inputs, positions, groups = CASES[0]
     gm, statics = graph_and_statics(fn, inputs, positions)
     assert concat_linears.concat_linears(gm, list(inputs), current(), "inference", statics) is gm
+
+
+def shared_layers(x, w1, b1, w2, b2):
+    """Two layers with one set of weights (ALBERT's layers share theirs)."""
+    h = F.linear(x, w1, b1) + F.linear(x, w2, b2)
+    return F.linear(h, w1, b1) * F.linear(h, w2, b2)
+
+
+def test_groups_of_the_same_weights_share_one_concatenation():
+    inputs = (X2, _w(64, 64, 1), randn(64, seed=2), _w(64, 64, 3), randn(64, seed=4))
+    gm, statics = graph_and_statics(shared_layers, inputs, range(1, 5))
+    assert len(concat_linears._groups(gm.graph, set(statics))) == 2
+    new = concat_linears.concat_linears(gm, list(inputs), current(), "inference", statics)
+    cats = [n for n in new.graph.nodes if n.target == torch.ops.aten.cat.default]
+    assert len(cats) == 2 and len(gemms(new)) == 2            # one weight cat, one bias cat, two GEMMs
+    compiled = compile_aten(gm, list(inputs), current(), static_inputs=statics)
+    assert sorted(compiled.hoist.names) == ["cat_default", "cat_default_1"]
+    got = compiled(*inputs)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    torch.testing.assert_close(got.double(), shared_layers(*[x.double() for x in inputs]), rtol=1e-4, atol=1e-4)

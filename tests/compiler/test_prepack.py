@@ -264,3 +264,28 @@ def test_a_linear_too_large_for_mkl_runs_on_onednn_from_each_rows_thresholds(row
         out = pw.linear(0, x, w, b)
         assert (("dnn", 0) in pw.slots) == dnn, (r, elements)
         torch.testing.assert_close(out, torch.addmm(b, x, w.t()), rtol=1e-4, atol=1e-4)
+
+
+def shared_layers(x, w, b, img, cw):
+    """One linear's weight used three times at one row count and once at another (ALBERT's
+    layers share their weights), and one convolution's weight twice on one input shape."""
+    h = F.linear(F.linear(F.linear(x, w, b), w, b), w, b)
+    return h, F.linear(x[:8], w), F.conv2d(F.relu(F.conv2d(img, cw, padding=1)), cw, padding=1)
+
+
+def test_calls_packing_one_weight_the_same_way_share_one_packed_copy(monkeypatch):
+    inputs = (randn(16, 128), randn(128, 128, seed=1, scale=0.1), randn(128, seed=2), randn(2, 16, 6, 6, seed=3),
+              randn(16, 16, 3, 3, seed=4, scale=0.1))
+    compiled = compile_fn(shared_layers, *inputs)
+    src = compiled.source_code
+    # the three 16-row calls share slot 0; 8 rows pack again (MKL's copy is per row count)
+    assert [src.count(f"_packed.linear({i},") for i in range(3)] == [3, 1, 0]
+    assert src.count("_packed.conv(2,") == 2
+    made = []
+    real = prepack._mkl_pack
+    monkeypatch.setattr(prepack, "_mkl_pack", lambda wt, rows: made.append(rows) or real(wt, rows))
+    for _ in range(2):
+        got = compiled(*inputs)
+        for g, e in zip(got, shared_layers(*[t.double() for t in inputs])):
+            torch.testing.assert_close(g.double(), e, rtol=1e-4, atol=1e-4)
+    assert made == [16, 8]          # packed once per slot, on the first call only
