@@ -245,18 +245,21 @@ class GraphLowering(torch.fx.Interpreter):
         """The one lowered node all of `node`'s readers flow into, when each reader reaches it
         through a chain (at most `depth` long) of lowered same-shape nodes with a single reader
         each, e.g. SiLU's x * sigmoid(x) or GELU's x * 0.5 * (1 + erf(x / sqrt(2))); else None.
-        Only when the sink itself goes on, lazily, into a reader of another shape (a pad of the
-        SiLU): then `node` stays lazy, the padded loop evaluates it at one index on every path
-        (the kernel's common-subexpression cache computes it once), and no buffer is written for
-        it; realized, it took a round trip through memory, since the scheduler cannot fuse loops
-        of different ranges. When the sink keeps `node`'s shape the scheduler fuses the realized
-        value into the sink's loop anyway."""
+        The chain may reshape (as many elements: a linear's [B*S, N] output viewed [B, S, N]).
+        Only when the sink has another shape than `node`, or goes on, lazily, into a reader of
+        another shape (a pad of the SiLU): then `node` stays lazy, the sink's loop evaluates it
+        at one index on every path (the kernel's common-subexpression cache computes it once),
+        and no buffer is written for it; realized, it took a round trip through memory, since the
+        scheduler cannot fuse loops of different ranges (Swin's bias add, then GELU on its 3-d
+        view). When the sink keeps `node`'s shape the scheduler fuses the realized value into the
+        sink's loop anyway."""
         shape = getattr(node.meta.get("val"), "shape", None)
+        numel = lambda n: getattr(n.meta.get("val"), "numel", lambda: None)()   # noqa: E731
 
         def path(u):
             nodes = [u]
             while len(nodes) <= depth and len(u.users) == 1 and u not in self.output_nodes \
-                    and self._user_inlines(u) and getattr(u.meta.get("val"), "shape", None) == shape:
+                    and self._user_inlines(u) and numel(u) == numel(node):
                 u = next(iter(u.users))
                 nodes.append(u)
             return nodes
@@ -267,7 +270,8 @@ class GraphLowering(torch.fx.Interpreter):
         if sink is None or len(sink.users) != 1 or sink in self.output_nodes:
             return None
         after = next(iter(sink.users))
-        reshaped = self._user_inlines(after) and getattr(after.meta.get("val"), "shape", None) != shape
+        reshaped = getattr(sink.meta.get("val"), "shape", None) != shape or \
+            self._user_inlines(after) and getattr(after.meta.get("val"), "shape", None) != shape
         return sink if reshaped else None
 
     def _after_lowering(self, node, result):

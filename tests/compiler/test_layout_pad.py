@@ -117,3 +117,25 @@ def test_gelu_diamond_is_computed_once_in_its_reader():
     a, b = (re.search(rf"float (tmp\d+) = in_ptr{i}\[", src).group(1) for i in (0, 1))
     assert src.count(f"{a} * {b}") == 1   # the product computed once, read by both GELU paths
     assert "if (" not in src   # rows padded, the innermost (column) loop is not: branch-free
+
+
+def bias_gelu_3d(x, w, b, w2):
+    """A linear's [B*S, N] output with its bias, viewed [B, S, N] before a GELU that reads it twice
+    (Swin's and Mistral's MLPs), then the next linear."""
+    h = torch.addmm(b, x, w.t()).view(2, 24, 64)
+    return (torch.mm(F.gelu(h).view(48, 64), w2),)
+
+
+def test_a_value_read_twice_through_a_reshape_is_computed_inside_its_readers_kernel():
+    """The bias add is read by both halves of the GELU through a 3-d view: it stays lazy and the
+    GELU's kernel computes it (once per index), instead of a kernel of its own writing a buffer
+    the scheduler could not fuse (its loops are [48, 64], the GELU's [2, 24, 64])."""
+    g = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(48, 32, generator=g), torch.randn(64, 32, generator=g) * 0.2,
+              torch.randn(64, generator=g), torch.randn(64, 16, generator=g) * 0.2]
+    compiled = compile_fn(bias_gelu_3d, *inputs)
+    check(bias_gelu_3d, compiled, *inputs)
+    [kernel] = compiled.kernels
+    assert all(op in kernel for op in ("add", "erf", "mul")), kernel
+    src = kernel_source(compiled, "erf")
+    assert src.count("in_ptr1[") == 1      # the bias, loaded once per element for both paths
