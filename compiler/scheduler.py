@@ -237,6 +237,7 @@ def _into_reduction(group: KernelGroup, node: SchedulerNode, readers: dict):
             or any(n.inner or n.is_reduction or getattr(n.buffer, "loop_order", None) is not None
                    for n in group.nodes) \
             or not all(_row_reader(r, node) for n in group.nodes for r in readers.get(n.name, [None])):
+        # (a group node nobody reads is a graph output: it keeps its own loops)
         return None, node
     rebased = [SchedulerNode(n.buffer, outer_dims=outer) for n in group.nodes]
     if any(n.ranges != node.ranges or n.rranges != node.rranges for n in rebased):
