@@ -31,7 +31,9 @@ def _graph_number() -> int:
     """0, 1, 2, ... per Dynamo graph; restarts after torch._dynamo.reset() (compile ids restart)."""
     from .torch_compat import CompileContext
     cid = str(CompileContext.current_compile_id())
-    if cid == "0/0" and cid in _graph_numbers:
+    # Frame ids restart at 0 only after a reset, so 0/0 always starts over, even when this backend
+    # compiled only later frames before it (frame 0 went to another backend)
+    if cid == "0/0":
         _graph_numbers.clear()
     return _graph_numbers.setdefault(cid, len(_graph_numbers))
 

@@ -220,3 +220,24 @@ def test_the_eager_pass_output_is_kept_in_a_real_file(tmp_path):
     result = run_script(str(script), [], "eager", Session(None), capture=True)
     assert result.error is None and result.exit_code == 0
     assert result.output == "out\nfd\nerr\n"
+
+
+def test_graph_numbers_restart_after_a_reset_when_frame_0_went_to_another_backend():
+    """Kernels are named graph_<n>_...; after test_memory's run (frame 0 compiled by another backend,
+    frame 1 by tdbg) the next run's first graph was graph_1 instead of graph_0."""
+    import torch
+
+    import tdbg.compiler as tc
+    seen = []
+
+    def spy(gm, example_inputs):
+        seen.append(tc._graph_number())
+        return gm.forward
+    torch.compiler.reset()
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    torch.compile(lambda x: x * 2, backend=spy)(torch.ones(2))
+    torch.compile(lambda x: x * 3, backend=spy)(torch.ones(2))
+    torch.compiler.reset()
+    torch.compile(lambda x: x - 1, backend=spy)(torch.ones(2))
+    torch.compiler.reset()
+    assert seen == [0, 1, 0]
