@@ -7,6 +7,8 @@ NOISY verdict when they cannot be trusted. One implementation for `tdbg run --sa
                     MIN_SAMPLES samples and MIN_SECONDS of timing (at most MAX_SECONDS, MAX_SAMPLES);
                     a sample is one call, or several when one call is shorter than SAMPLE_MIN_S
                     (the figure is per call). Returns a `Timing`.
+    alternate       several callables timed run by run (a, b, a, b, ...), each run after SETTLE_CALLS
+                    untimed calls of its own, so no callable is timed on caches another one warmed.
     CpuWatch        what share of the machine's CPU time other processes took while we timed
                     (/proc/stat minus this process's own CPU time; unknown without /proc/stat).
     noisy_reason    NOISY, and why: the machine was busy (others took >= BUSY_SHARE of it), the
@@ -40,6 +42,11 @@ SAMPLE_MIN_S = 0.001       # a sample of calls this short batches calls (perf_co
 FEW_SAMPLES = 5            # fewer samples than this say nothing about a median
 NOISY_SPREAD = 0.2         # interquartile range / median at or above this: NOISY
 BUSY_SHARE = 0.25          # other processes' share of all CPUs at or above this: NOISY
+# Untimed calls before each alternating run. Eager and Inductor read the same weights and tdbg its
+# packed copy, so a callable timed right after another starts on caches that favour one of them:
+# transformers ELECTRA, 2026-11-27, tdbg/Inductor 1.07 timed after eager and Inductor, 1.02 with
+# one settling call per run.
+SETTLE_CALLS = 1
 
 
 # ---------------------------------------------------------------- small helpers
@@ -68,14 +75,18 @@ def timed(fn: Callable, *args, **kwargs) -> tuple:
     return time.perf_counter() - t0, minor_faults() - f0, result
 
 
-def alternate(callables: dict, repeat: int, number=1) -> dict:
+def alternate(callables: dict, repeat: int, number=1, settle: int = SETTLE_CALLS) -> dict:
     """Time the callables run by run (a, b, c, a, b, c, ...): name -> per-call seconds and faults.
 
     Each run makes `number` calls (an int, or a dict name -> int); the recorded figures are per call.
+    Before each run, `settle` untimed calls of the same callable: each is timed on the caches its own
+    calls leave, never on the ones the callable before it warmed.
     """
     samples = {name: {"seconds": [], "faults": []} for name in callables}
     for _ in range(repeat):
         for name, fn in callables.items():
+            for _ in range(settle):
+                fn()
             n = number[name] if isinstance(number, dict) else number
             f0, t0 = minor_faults(), time.perf_counter()
             for _ in range(n):
