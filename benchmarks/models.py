@@ -41,6 +41,7 @@ import copy
 import dataclasses
 import math
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -64,9 +65,11 @@ GRAD_NORM_MULTIPLIER = 2.0
 SPREAD_ROUNDS = (4, 8, 16, 32)
 SPREAD_SEED = 1000
 SEED = 0
-# issue 10's goals for tdbg: (summary key, target); time ratios are geomeans over the zoo
+# issue 10's goals for tdbg: (summary key, target); "time" ratios are geomeans over the models
 GOALS = (("inference time / inductor", 0.9), ("training time / inductor", 1.0),
          ("dynamic time / inductor", 0.9),   # issue 23: on sizes not seen before
+         # issue 23's static goal, on held-out models as on the zoo: the median and the worst model
+         ("inference median / inductor", 0.9), ("inference worst / inductor", 1.1),
          ("cold compile / inductor", 0.4), ("models slower than eager", 0))
 # run_seconds: the least wall time of one timed run; calls per run are calibrated on eager (tiny
 # models' single calls of a few ms are at the mercy of a shared machine's noise)
@@ -662,15 +665,20 @@ def geomean(values: list) -> Optional[float]:
 
 
 def summary(rows: list, modes: list, mine: str = harness.GOAL_BACKEND, ref: str = harness.INDUCTOR) -> dict:
-    """Per mode: geomeans of `mine`'s time vs `ref` and vs eager and of its cold compile vs `ref`'s
-    (over the models where both are ok), models slower than eager, and models where `mine` failed."""
+    """Per mode: geomean, median and worst model of `mine`'s time vs `ref`, geomeans of its time vs
+    eager and of its cold compile vs `ref`'s (over the models where both are ok), models slower than
+    eager, and models where `mine` failed."""
     out = {}
     for mode in modes:
         cells = {(r["model"], r["backend"]): r for r in rows if r["mode"] == mode}
         models = list(dict.fromkeys(r["model"] for r in rows if r["mode"] == mode))
         both = [m for m in models if _ok(cells.get((m, mine))) and _ok(cells.get((m, ref)))]
+        ratios = {m: cells[(m, mine)]["time_vs_inductor"] for m in both}
+        worst = max(ratios, key=ratios.get) if ratios else None
         out[mode] = {
-            "time_vs_inductor": geomean([cells[(m, mine)]["time_vs_inductor"] for m in both]),
+            "time_vs_inductor": geomean(list(ratios.values())),
+            "median_vs_inductor": statistics.median(ratios.values()) if ratios else None,
+            "worst": {"model": worst, "time_vs_inductor": ratios[worst]} if worst else None,
             "time_vs_eager": geomean([1 / cells[(m, mine)]["speedup_vs_eager"] for m in models
                                       if _ok(cells.get((m, mine))) and cells[(m, mine)]["speedup_vs_eager"]]),
             "compile_vs_inductor": geomean([_compile_s(cells[(m, mine)]) / _compile_s(cells[(m, ref)])
@@ -698,14 +706,18 @@ def _ok(row: Optional[dict]) -> bool:
 
 
 def summary_lines(s: dict) -> list:
-    """One line per mode, e.g. `inference: tdbg/inductor geomean 1.23x over 11 models (goal <= 0.9) ...`."""
+    """One line per mode, e.g. `inference: tdbg/inductor time geomean 1.23x over 11 models (goal <= 0.9),
+    median 1.10x (goal <= 0.9), worst gpt2 2.00x (goal <= 1.1); ...`."""
     targets = dict(GOALS)
     lines = []
     for mode, m in s.items():
         goal = targets[f"{mode} time / inductor"]
+        worst = m.get("worst")
         lines.append(
             f"{mode}: tdbg/inductor time geomean {_x(m['time_vs_inductor'])} over {m['compared']} models "
-            f"(goal <= {goal}); tdbg/eager {_x(m['time_vs_eager'])}; "
+            f"(goal <= {goal}), median {_x(m.get('median_vs_inductor'))}{_goal(targets, mode, 'median')}, "
+            f"worst {worst['model'] + ' ' + _x(worst['time_vs_inductor']) if worst else 'n/a'}"
+            f"{_goal(targets, mode, 'worst')}; tdbg/eager {_x(m['time_vs_eager'])}; "
             f"{'the sweep (compiling)' if mode == 'dynamic' else 'cold compile'} tdbg/inductor "
             f"{_x(m['compile_vs_inductor'])} (goal <= {targets['cold compile / inductor']}); slower than eager: "
             f"{', '.join(m['slower_than_eager']) or 'none'}; failed or wrong: "
@@ -713,6 +725,11 @@ def summary_lines(s: dict) -> list:
             + (f"; gradients ok only within eager's one-ulp spread: "
                f"{', '.join(f'{k} ({v})' for k, v in m['within_spread'].items())}" if m.get("within_spread") else ""))
     return lines
+
+
+def _goal(targets: dict, mode: str, what: str) -> str:
+    target = targets.get(f"{mode} {what} / inductor")
+    return "" if target is None else f" (goal <= {target})"
 
 
 def _x(value: Optional[float]) -> str:

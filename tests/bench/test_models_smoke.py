@@ -102,9 +102,25 @@ def test_summary_geomeans_and_goal_lines():
     assert s["compile_vs_inductor"] == pytest.approx((0.2 * 0.8) ** 0.5)
     assert s["slower_than_eager"] == ["b"] and s["not_ok"] == {"c": "failed: LoweringError: x"}
     assert m.summary_lines({"inference": s}) == [
-        "inference: tdbg/inductor time geomean 2.00x over 2 models (goal <= 0.9); tdbg/eager 1.00x; "
+        "inference: tdbg/inductor time geomean 2.00x over 2 models (goal <= 0.9), median 2.00x (goal <= 0.9), "
+        "worst a 2.00x (goal <= 1.1); tdbg/eager 1.00x; "
         "cold compile tdbg/inductor 0.40x (goal <= 0.4); slower than eager: b; "
         "failed or wrong: c (failed: LoweringError: x)"]
+
+
+def test_summary_names_the_median_and_the_worst_model():
+    """Issue 23's static goal is a median and a worst model, not a geomean one outlier can carry."""
+    m = _models()
+    rows = [dict(model=name, mode="inference", backend=backend, status="ok", error=None, median_s=t,
+                 time_vs_inductor=t / 10.0, speedup_vs_eager=20.0 / t, compile_s=1.0)
+            for name, tdbg in (("a", 8.0), ("b", 12.0), ("c", 2.0), ("d", 9.5))
+            for backend, t in (("eager", 20.0), ("torch:inductor", 10.0), ("tdbg", tdbg))]
+    s = m.summary(rows, ["inference"])["inference"]
+    assert s["median_vs_inductor"] == pytest.approx(0.875)
+    assert s["worst"] == {"model": "b", "time_vs_inductor": pytest.approx(1.2)}
+    assert m.summary_lines({"inference": s})[0].startswith(
+        "inference: tdbg/inductor time geomean 0.65x over 4 models (goal <= 0.9), median 0.88x (goal <= 0.9), "
+        "worst b 1.20x (goal <= 1.1); ")
 
 
 def test_missing_transformers_is_one_clear_error(monkeypatch, capsys):
@@ -173,7 +189,8 @@ def test_dynamic_summary_judges_compile_cost_by_the_sweep():
     s = m.summary(rows, ["dynamic"])
     assert s["dynamic"]["compile_vs_inductor"] == pytest.approx(0.4)
     assert m.summary_lines(s) == [
-        "dynamic: tdbg/inductor time geomean 0.75x over 1 models (goal <= 0.9); tdbg/eager 0.50x; "
+        "dynamic: tdbg/inductor time geomean 0.75x over 1 models (goal <= 0.9), median 0.75x, "
+        "worst a len 77 0.75x; tdbg/eager 0.50x; "
         "the sweep (compiling) tdbg/inductor 0.40x (goal <= 0.4); slower than eager: none; failed or wrong: none"]
 
 
