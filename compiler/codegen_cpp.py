@@ -26,11 +26,11 @@ import torch
 from . import ops as optable
 from .ir import csize, hint, is_size_symbol
 from .ops import CPP_TYPES, LOWP_CONVERT, TABLE, HELPER_SPELLINGS, storage_type
-from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, _contiguous, cexpr, cpp_type
+from .codegen_loops import Block, CppVar, Loop, LoopFacts, LoopNest, cexpr, cpp_type
 from .codegen_reduction import ReductionCodegen
 from .codegen_segments import MaskSegments
 from .logs import get_logger
-from .scheduler import KernelGroup, kernel_name, kernel_threads
+from .scheduler import KernelGroup, kernel_name, kernel_threads, row_offset
 
 BLEND_TYPES = (torch.float32, torch.float64, *LOWP_CONVERT)   # tdbg_detail::sel overloads in cpp_prelude.h
                                                             # (bf16/fp16 values are float)
@@ -100,7 +100,7 @@ class CppKernel(ReductionCodegen):
         self.inputs, self.outputs = {}, {}
         self.block = Block()
         self.stored = {}
-        self.scratch = {}       # inner local node -> (store index, array element expression)
+        self.scratch = {}       # inner local node's name -> (node, its scratch array)
         self.lowp_exact = set()  # bf16/fp16 values known to be representable (loads): no re-rounding
         self.lowp_bits = {}      # rounded bf16/fp16 value -> the variable holding its 16 bits (stores reuse it)
         self.status_nodes = []
@@ -223,8 +223,7 @@ class CppKernel(ReductionCodegen):
         if node.local:
             arr = self.fresh("scratch")
             self.block.lines.append(f"{cpp_type(node.buffer.dtype)} {arr}[{math.prod(node.rranges)}];")
-            local = sum((st * v for v, st in zip(rvars, _contiguous(node.rranges))), sympy.Integer(0))
-            self.scratch[node.name] = (node.store_index, f"{arr}[{cexpr(local)}]")
+            self.scratch[node.name] = (node, arr)
         with self.loop_body() as (inner, facts):
             value = self.store(node, node.body(ops), ops)
         if self.defer_to_consumer(node, inner, facts, value):
@@ -243,7 +242,7 @@ class CppKernel(ReductionCodegen):
         if not ({v for v in node.store_index.free_symbols if not is_size_symbol(v)} <= self.loop_symbols(node)):
             self.unsafe(f"{node.name} is stored through a computed index")
         if node.name in self.scratch:
-            self.emit(f"{self.scratch[node.name][1]} = {value};")
+            self.emit(f"{self.scratch_element(node.name, node.store_index)} = {value};")
             return value
         if not node.inner:
             # later nodes of this loop nest read the value, not memory (same index by construction)
@@ -254,6 +253,13 @@ class CppKernel(ReductionCodegen):
                 bits = self.lowp_bits.get(str(value)) or f"{LOWP_CONVERT[dtype][1]}({value})"
             self.emit(f"{self.output_arg(node.name)}[{cexpr(node.store_index)}] = {bits};")
         return value
+
+    def scratch_element(self, name, index) -> str:
+        node, arr = self.scratch[name]
+        offset = row_offset(node, index)
+        if offset is None:
+            raise AssertionError(f"{name} is a kernel-local scratch array but is read at {index}, outside its row")
+        return f"{arr}[{cexpr(offset)}]"
 
     def group_store_index(self, name):
         return next((n.store_index for n in self.group.nodes if n.name == name), None)
@@ -396,11 +402,8 @@ class CppOps:
             return hit[1]
         dtype = self.k.buffers[name].dtype
         self.k.touch(dtype)
-        scratch = self.k.scratch.get(name)
-        if scratch is not None:
-            if scratch[0] != index:
-                raise AssertionError(f"{name} is a kernel-local scratch array but is read at {index}")
-            return self.k.cse(scratch[1], dtype)
+        if name in self.k.scratch:
+            return self.k.cse(self.k.scratch_element(name, index), dtype)
         if name in self.k.outputs and self.k.group_store_index(name) != index:
             self.k.unsafe(f"reads {name}, which this kernel writes, at another index")
         element = f"{self.k.input_arg(name)}[{cexpr(index)}]"

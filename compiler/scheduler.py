@@ -201,7 +201,9 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config, readers=None):
     inside = {n.name: n for n in group.nodes}
     shared = [name for name in node.reads if name in inside]
     for name in shared:
-        if any(idx != inside[name].store_index for idx in node.reads[name]):
+        # an inner node's row is complete before the next node's loop: any element of it may be read
+        if any(idx != inside[name].store_index and not (inside[name].inner and row_offset(inside[name], idx) is not None)
+               for idx in node.reads[name]):
             return None, node
     if not shared and _breaks_loops(group, node):
         log.info("not fusing %s into %s: unrelated (no shared reads) and it would change the "
@@ -210,16 +212,41 @@ def _fusable(group: KernelGroup, node: SchedulerNode, config, readers=None):
     return ("vertical" if shared else "horizontal"), node
 
 
+def row_offset(node: SchedulerNode, index):
+    """Where `index` is in inner pointwise `node`'s row, as an offset into its scratch row (laid out
+    contiguously over node.rranges), or None. Its own store index is the element its loop is at;
+    another index is allowed when it is a fixed element of the row the current outer iteration
+    computed (a variance's shift reads the row's first value), read after the row's loop ends."""
+    rvars = [v for v in node.index if v.is_Symbol and v.name.startswith("r")]
+    strides = [math.prod(node.rranges[i + 1:]) for i in range(len(node.rranges))]
+    local = sympy.expand(sum((st * v for v, st in zip(rvars, strides)), sympy.Integer(0)))
+    index = sympy.expand(index)
+    if index == node.store_index:
+        return local
+    base = sympy.expand(node.store_index - local)
+    offset = sympy.expand(index - base)
+    if base.free_symbols & set(rvars) or not offset.is_Integer or offset < 0:
+        return None
+    # a symbolic row may be shorter than any fixed offset but the first (a row of 0 is never read)
+    if offset > 0 and not all(isinstance(s, (int, sympy.Integer)) for s in node.rranges):
+        return None
+    return offset if offset < math.prod(node.rranges) else None
+
+
 MIN_INNER_ROW = 16   # a shorter row would run the group's pointwise loops unvectorized
 
 
-def _row_reader(reader, reduction: SchedulerNode) -> bool:
-    """Whether `reader` could share `reduction`'s outer loops: a reduction over the same rows, or
-    a pointwise over the rows and the reduced dims."""
+def _row_reader(reader, reduction: SchedulerNode, rebased: dict) -> bool:
+    """Whether `reader` could share `reduction`'s outer loops: a reduction over the same rows, a
+    pointwise over the rows and the reduced dims, or a pointwise over the rows reading the rebased
+    group nodes only at fixed elements of their rows (var_mean's mean: shift + sum / n)."""
     if not isinstance(reader, SchedulerNode):
         return False
     if reader.is_reduction:
         return reader.ranges == reduction.ranges and reader.rranges == reduction.rranges
+    if reader.ranges == reduction.ranges:
+        return all(row_offset(rebased[name], idx) is not None
+                   for name, idxs in reader.reads.items() if name in rebased for idx in idxs)
     return reader.ranges == reduction.ranges + reduction.rranges
 
 
@@ -235,16 +262,16 @@ def _into_reduction(group: KernelGroup, node: SchedulerNode, readers: dict):
     if math.prod(map(ir.hint, node.rranges)) < MIN_INNER_ROW or group.ranges != node.ranges + node.rranges \
             or group.columns is not None \
             or any(n.inner or n.is_reduction or getattr(n.buffer, "loop_order", None) is not None
-                   for n in group.nodes) \
-            or not all(_row_reader(r, node) for n in group.nodes for r in readers.get(n.name, [None])):
-        # (a group node nobody reads is a graph output: it keeps its own loops)
+                   for n in group.nodes):
         return None, node
     rebased = [SchedulerNode(n.buffer, outer_dims=outer) for n in group.nodes]
-    if any(n.ranges != node.ranges or n.rranges != node.rranges for n in rebased):
-        return None, node
     inside = {n.name: n for n in rebased}
+    if any(n.ranges != node.ranges or n.rranges != node.rranges for n in rebased) \
+            or not all(_row_reader(r, node, inside) for n in group.nodes for r in readers.get(n.name, [None])):
+        # (a group node nobody reads is a graph output: it keeps its own loops)
+        return None, node
     shared = [name for name in node.reads if name in inside]
-    if not shared or any(idx != inside[name].store_index for name in shared for idx in node.reads[name]):
+    if not shared or any(row_offset(inside[name], idx) is None for name in shared for idx in node.reads[name]):
         return None, node
     node.rebase = rebased
     return "pointwise into reduction", node

@@ -276,3 +276,53 @@ def test_a_pointwise_keeps_its_kernel_when_the_reduction_cannot_take_it(fn, why)
     assert not [m for m in messages if "pointwise into reduction" in m], why
     assert len(compiled.kernels) >= 2, why
     assert scheduler.MIN_INNER_ROW == 16
+
+
+def residual_layer_norm(x, r, w, b):
+    return torch.nn.functional.layer_norm(x + r, x.shape[-1:], w, b, 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(128, 256), (3, 37, 100), (5, 257)])
+def test_a_residual_add_runs_inside_its_layer_norm_kernel(shape):
+    """BERT-style `layer_norm(h + residual)`: var_mean's shift reads the row's first value and its
+    mean is a per-row pointwise reading it too, so the add used to keep a kernel of its own writing
+    a buffer; now its row is a scratch array the layer norm reads, first element included."""
+    g = torch.Generator().manual_seed(sum(shape))
+    x, r = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g) * 3
+    x[0, ..., 3] = float("nan")
+    x[-1, ..., :] = float("inf")
+    w, b = torch.randn(shape[-1], generator=g), torch.randn(shape[-1], generator=g)
+    compiled, messages = schedule_messages(residual_layer_norm, x, r, w, b)
+    assert len(compiled.kernels) == 1, compiled.kernels
+    assert [m for m in messages if "pointwise into reduction" in m] == [
+        f"fuse buf1 into ['buf0'] (pointwise into reduction, ranges {list(shape[:-1])})"]
+    assert "scratch0[0]" in source(compiled)     # the shift: the row's first element
+    got, want = compiled(x, r, w, b), residual_layer_norm(x, r, w, b)
+    ref = residual_layer_norm(*(t.double() for t in (x, r, w, b)))
+    assert torch.equal(got.isnan(), want.isnan())
+    # the rule: within 8 half-ulps of the terms w * xhat and b, each rounding at most half an ulp
+    # (the add, the shift, the mean, the variance, rsqrt, two products and the sum; eager: <= 2.7)
+    xhat = torch.nn.functional.layer_norm((x + r).double(), shape[-1:])
+    ok = ~want.isnan()
+    scale = (w.abs().double() * (xhat.abs() + 1) + b.abs().double())[ok]
+    assert ((got[ok].double() - ref[ok]).abs() <= 8 * 2.0 ** -24 * scale).all()
+
+
+X0, R0, R1 = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("x0", "r0", "r1"))
+KS = sympy.Symbol("ks0", integer=True, positive=True)
+
+
+@pytest.mark.parametrize("rranges, store, index, offset", [
+    ((256,), 256 * X0 + R0, 256 * X0 + R0, R0),            # its own element
+    ((256,), 256 * X0 + R0, 256 * X0, 0),                  # the row's first value (var_mean's shift)
+    ((256,), 256 * X0 + R0, 256 * X0 + 255, 255),          # its last
+    ((256,), 256 * X0 + R0, 256 * X0 + 256, None),         # the next row's first
+    ((256,), 256 * X0 + R0, 256 * X0 + 2 * R0, None),      # another element each iteration
+    ((4, 8), 32 * X0 + 8 * R0 + R1, 32 * X0 + 9, 9),
+    ((4, 8), 32 * X0 + R0 + 4 * R1, 32 * X0 + 9, None),    # stored transposed: the scratch row is not
+    ((KS,), KS * X0 + R0, KS * X0, 0),                     # a symbolic row's first value
+    ((KS,), KS * X0 + R0, KS * X0 + 1, None),              # ... a row of 1 has no second
+])
+def test_row_offset_allows_fixed_elements_of_the_row_only(rranges, store, index, offset):
+    node = SimpleNamespace(index=[X0, *(R0, R1)[:len(rranges)]], rranges=rranges, store_index=store)
+    assert scheduler.row_offset(node, index) == offset
