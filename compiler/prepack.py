@@ -28,7 +28,7 @@ inputs and packs at run time:
 The packed copies live as long as the compiled graph: about one more copy of every packed weight,
 plus MKL's fixed ~7.5 MiB each; a linear whose packed copy would exceed MAX_PACKED_RATIO times its
 weight is decided at its first call to run on oneDNN's packed weight (about the weight's size)
-where that pays (DNN_INSTEAD: 16 rows and 1 << 17 weight elements, or many rows and a smaller
+where that pays (DNN_INSTEAD: 16 rows and 1 << 20 weight elements, or more rows and a smaller
 weight), else plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
@@ -50,12 +50,15 @@ MIN_WEIGHT = 1 << 14  # elements; smaller weights: packing saves too little to m
 MAX_PACKED_RATIO = 2.5
 _PLAIN: set = set()   # (N, K, rows) of weights found too costly to pack, in this process
 # (min rows, min weight elements) rows: a linear whose MKL copy is too large runs on oneDNN's packed
-# weight (about the weight's size) instead of plain addmm when some row holds. 2 threads, addmm vs
-# oneDNN ms: [256, 512] 0.036 vs 0.029 at 16 rows, 0.106 vs 0.093 at 128; [768, 768] 0.092/0.064,
-# 0.424/0.396; smaller weights only with many rows: [256, 256] 0.016/0.023 at 16 rows, 0.061/0.056
-# at 128, oneDNN/addmm 0.92 from 1024; ConvNeXt's [384, 96] 1.01 at 512 rows, 0.85 at 1024, 0.80
-# at 6272; [128, 128] 1.08 at 1024, 0.91 from 2048
-DNN_INSTEAD = ((16, 1 << 17), (1024, 1 << 15), (2048, MIN_WEIGHT))
+# weight (about the weight's size) instead of plain addmm when some row holds. Judged inside a model,
+# not alone: a GEMM timed alone in a loop favours oneDNN ([1024, 256] at 128 rows 0.19 vs addmm
+# 0.21 ms), but between other kernels it lost (0.26 vs 0.21 inside ELECTRA). 2 threads, 2026-11-27, six
+# transformer blocks (hidden h, FFN 4h), oneDNN from 16 rows and 1 << 17 elements vs plain: 128 rows
+# h=256 1.04-1.06x the time, h=384 1.02x, h=512 1.01x, h=768 0.99x; 32 rows h=256 1.07-1.09x,
+# h=768 0.97-0.99x; 392 rows h=192 1.01-1.03x, h=384 0.97-1.00x. Many rows (no block measured):
+# ConvNeXt's [384, 96] oneDNN/addmm 1.01 at 512 rows, 0.85 at 1024, 0.80 at 6272; [128, 128] 1.08
+# at 1024, 0.91 from 2048.
+DNN_INSTEAD = ((16, 1 << 20), (256, 1 << 18), (1024, 1 << 15), (2048, MIN_WEIGHT))
 
 
 def rewrite(kernel, kind: str, config) -> Optional[tuple]:

@@ -180,9 +180,10 @@ def test_a_linear_runs_plain_when_its_packed_copy_would_be_too_large_and_the_sha
 
 
 def _linear_case(dtype, layout="nk"):
-    """(fn, inputs) for a LINEAR_PACKINGS row: a linear of `dtype`, 32 rows, a [1024, 512]
-    weight (over every row's minimum), stored [N, K] as nn.Linear's or [K, N] as GPT-2's Conv1D."""
-    x, w, b = randn(32, 512), randn(1024, 512, seed=1, scale=0.05), randn(1024, seed=2)
+    """(fn, inputs) for a LINEAR_PACKINGS row: a linear of `dtype`, 32 rows, a [2048, 512]
+    weight (over every row's minimum, and DNN_INSTEAD's at 32 rows when MKL declines it), stored
+    [N, K] as nn.Linear's or [K, N] as GPT-2's Conv1D."""
+    x, w, b = randn(32, 512), randn(2048, 512, seed=1, scale=0.05), randn(2048, seed=2)
     if layout == "kn":
         return (lambda x, w, b: torch.addmm(b, x, w).relu()), tuple(t.to(dtype) for t in (x, w.t().contiguous(), b))
     return (lambda x, w, b: F.linear(x, w, b).relu()), tuple(t.to(dtype) for t in (x, w, b))
