@@ -84,7 +84,8 @@ def run_processes(n: int, args: list, run=subprocess.run) -> tuple:
         for i in range(n):
             path = os.path.join(tmp, f"process_{i}.json")
             print(f"process {i + 1}/{n}: models.py {' '.join(args)}", file=sys.stderr, flush=True)
-            done = run([sys.executable, script, *args, "--json", path])
+            # each process's own table is replaced by the merged one; its progress lines (stderr) show
+            done = run([sys.executable, script, *args, "--json", path], stdout=subprocess.DEVNULL)
             status = status or done.returncode
             if done.returncode == 0:
                 payloads.append(_load(path))

@@ -63,7 +63,8 @@ def test_each_process_is_models_py_with_its_own_json(tmp_path, capsys):
     p = _processes()
     calls = []
 
-    def fake_run(cmd):
+    def fake_run(cmd, stdout=None):
+        assert stdout is not None    # the processes' own tables are not shown
         calls.append(cmd)
         payload = _payload(9.0 + len(calls), 10.0, 12.0, 10.0)
         with open(cmd[-1], "w") as f:
@@ -88,5 +89,5 @@ def test_each_process_is_models_py_with_its_own_json(tmp_path, capsys):
 def test_bad_arguments_are_one_usage_error(argv, message, capsys):
     p = _processes()
     with pytest.raises(SystemExit) as e:
-        p.main(argv, run=lambda cmd: pytest.fail("nothing may run"))
+        p.main(argv, run=lambda cmd, **kw: pytest.fail("nothing may run"))
     assert e.value.code == 2 and message in capsys.readouterr().err
