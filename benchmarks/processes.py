@@ -7,9 +7,8 @@ other, and merges their JSON: per model, mode and backend the median of the proc
 and as "time / inductor" the median of the processes' own ratios (each taken within one process,
 where the backends' runs interleave). Why: where a process's allocations land moves a backend's
 time by several percent for that whole process, and tdbg reads its own packed copies while eager
-and Inductor share the model's weights, so the ratio moves with it (2026-11-27, this 2-core Xeon,
-Mistral-tiny: 0.88-0.97x over six single-process runs of the same code base, 0.92-0.93x within
-each of nine in-process A/Bs). Each merged cell keeps every process's ratio (`process_ratios`);
+and Inductor share the model's weights, so the ratio moves with it (2026-11-27, this 2-core Xeon:
+ELECTRA 0.94, 1.01 and 0.96x in three fresh processes of the same code). Each merged cell keeps every process's ratio (`process_ratios`);
 the table shows their range, and the summary lines are models.py's over the merged cells.
 A cell that failed in any process is reported failed. Exit status: models.py's, the first that
 is not 0.
