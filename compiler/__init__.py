@@ -28,14 +28,18 @@ _graph_numbers: dict = {}                 # Dynamo compile id -> graph number n 
 
 
 def _graph_number() -> int:
-    """0, 1, 2, ... per Dynamo graph; restarts after torch._dynamo.reset() (compile ids restart)."""
-    from .torch_compat import CompileContext
-    cid = str(CompileContext.current_compile_id())
-    # Frame ids restart at 0 only after a reset, so 0/0 always starts over, even when this backend
-    # compiled only later frames before it (frame 0 went to another backend)
-    if cid == "0/0":
+    """0, 1, 2, ... per Dynamo graph; restarts after torch._dynamo.reset(). Compile ids restart
+    too, but repeat ids seen before it, and frame 0 may go to another backend: the reset is told
+    by Dynamo's start callbacks, which it clears."""
+    from .torch_compat import CompileContext, dynamo_callbacks
+    if _since_reset not in dynamo_callbacks.start_callbacks:
         _graph_numbers.clear()
-    return _graph_numbers.setdefault(cid, len(_graph_numbers))
+        dynamo_callbacks.register_start_callback(_since_reset)
+    return _graph_numbers.setdefault(str(CompileContext.current_compile_id()), len(_graph_numbers))
+
+
+def _since_reset(args) -> None:
+    """Does nothing when Dynamo starts a compile; registered until the next reset clears it."""
 
 
 def _number_of(graph_name: str):

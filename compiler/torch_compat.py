@@ -89,6 +89,8 @@ ENTRIES = Table([
     E("TracingContext", "torch._guards", "TracingContext", "the user code Dynamo traced, to name a graph"),
     E("compile_context", "torch._guards", "compile_context",
       "TORCH_TRACE records of a graph specialized at call time carry its Dynamo compile id"),
+    E("dynamo_callbacks", "torch._dynamo.callback", "callback_handler",
+      "graph numbers restart after torch._dynamo.reset(), which clears Dynamo's compile callbacks"),
     E("compile_lock", "torch._dynamo.convert_frame", "compile_lock",
       "one specialization compile at a time, as Dynamo compiles"),
     E("dynamo_disable", "torch._dynamo", "disable", "hiding compiled graphs from Dynamo, with a reason"),

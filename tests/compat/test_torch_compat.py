@@ -78,6 +78,16 @@ def _check_compile_lock(lock):
             pass
 
 
+def _check_dynamo_callbacks(handler):
+    # tdbg's graph numbers tell a reset by a start callback it registered being gone
+    def probe(args):
+        pass
+    handler.register_start_callback(probe)
+    assert probe in handler.start_callbacks
+    torch.compiler.reset()
+    assert probe not in handler.start_callbacks
+
+
 def _check_dynamo_disable(disable):
     assert "reason" in params(disable)
     assert disable(lambda x: x + 1, reason="tdbg compat test")(1) == 2
@@ -525,7 +535,8 @@ CHECKS = {
     "dynamo_cache_entries": _check_cache_entries,
     "CompileContext": _check_compile_context, "TracingContext": _check_tracing_context,
     "InstructionTranslator": _check_instruction_translator, "compile_context": _check_compile_context_manager,
-    "compile_lock": _check_compile_lock, "dynamo_disable": _check_dynamo_disable,
+    "compile_lock": _check_compile_lock, "dynamo_callbacks": _check_dynamo_callbacks,
+    "dynamo_disable": _check_dynamo_disable,
     "dynamo_counters": _check_counters, "flatten_graph_inputs": _check_flatten_graph_inputs,
     "dynamo": _check_dynamo, "dynamo_config": _check_dynamo_config, "lookup_backend": _check_lookup_backend,
     "list_backends": _check_list_backends, "TorchCompileWrapper": _check_torch_compile_wrapper, "BackendCompilerFailed": _check_backend_compiler_failed,

@@ -224,20 +224,27 @@ def test_the_eager_pass_output_is_kept_in_a_real_file(tmp_path):
 
 def test_graph_numbers_restart_after_a_reset_when_frame_0_went_to_another_backend():
     """Kernels are named graph_<n>_...; after test_memory's run (frame 0 compiled by another backend,
-    frame 1 by tdbg) the next run's first graph was graph_1 instead of graph_0."""
+    frame 1 by tdbg) the next run's first graph was graph_1 instead of graph_0. A frame's first
+    compile below a frame already numbered means Dynamo was reset; a recompile does not."""
     import torch
 
     import tdbg.compiler as tc
+    from tdbg.compiler.torch_compat import CompileContext
     seen = []
 
     def spy(gm, example_inputs):
-        seen.append(tc._graph_number())
+        seen.append((str(CompileContext.current_compile_id()), tc._graph_number()))
         return gm.forward
     torch.compiler.reset()
-    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
-    torch.compile(lambda x: x * 2, backend=spy)(torch.ones(2))
-    torch.compile(lambda x: x * 3, backend=spy)(torch.ones(2))
+    for fn in (lambda x: x + 1, lambda x: x + 2, lambda x: x + 3):   # frames 0, 1, 2 numbered
+        torch.compile(fn, backend=spy)(torch.ones(2))
     torch.compiler.reset()
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))   # frame 0 elsewhere
+    f = torch.compile(lambda x, n: x * n, backend=spy)
+    f(torch.ones(2), 2)
+    f(torch.ones(3), 2)                                           # a recompile of frame 1
     torch.compile(lambda x: x - 1, backend=spy)(torch.ones(2))
     torch.compiler.reset()
-    assert seen == [0, 1, 0]
+    torch.compile(lambda x: x / 2, backend=spy)(torch.ones(2))
+    torch.compiler.reset()
+    assert seen == [("0/0", 0), ("1/0", 1), ("2/0", 2), ("1/0", 0), ("1/1", 1), ("2/0", 2), ("0/0", 0)]
