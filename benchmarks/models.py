@@ -494,7 +494,9 @@ def run_training(zm: ZooModel, backends: list, settings: Settings, shapes: dict,
     calibrate = warm.get("eager") or next(iter(warm.values()), None)
     number = max(1, math.ceil(settings.run_seconds / max(calibrate, 1e-7))) if calibrate else 1
     with phases("timed"):
-        samples = alternate({s: steps[s] for s in backends if s in steps}, settings.repeat, number)
+        # no settling call: each backend trains its own copy of the weights, so no backend's run
+        # warms the caches of the next (and a settling step would be a step thrown away)
+        samples = alternate({s: steps[s] for s in backends if s in steps}, settings.repeat, number, settle=0)
     harness.fill_timed(list(cells.values()), samples, watch.share())
     cells = [cells[spec] for spec in backends]
     harness._ratios(cells, Workload(zm.name, zm.description, None), inputs, None)
