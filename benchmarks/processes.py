@@ -8,8 +8,9 @@ and as "time / inductor" the median of the processes' own ratios (each taken wit
 where the backends' runs interleave). Why: where a process's allocations land moves a backend's
 time by several percent for that whole process, and tdbg reads its own packed copies while eager
 and Inductor share the model's weights, so the ratio moves with it (2026-11-27, this 2-core Xeon:
-ELECTRA 0.94, 1.01 and 0.96x in three fresh processes of the same code). Each merged cell keeps every process's ratio (`process_ratios`);
-the table shows their range, and the summary lines are models.py's over the merged cells.
+ELECTRA 0.94, 1.01 and 0.96x in three fresh processes of the same code). Each merged cell keeps
+every process's ratio (`process_ratios`); a line per model shows their range, and the summary
+lines are models.py's over the merged cells.
 A cell that failed in any process is reported failed. Exit status: models.py's, the first that
 is not 0.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import statistics
 import subprocess
@@ -58,13 +60,13 @@ def merge(payloads: list) -> dict:
         cell["process_ratios"] = [c.get("time_vs_inductor") for c in seen]
         cell["noisy"] = "; ".join(dict.fromkeys(c["noisy"] for c in seen if c.get("noisy"))) or None
         merged.append(cell)
-    out = dict(first, cells=merged, processes=len(payloads), summary=models.summary(merged, first["modes"]),
-               process_summaries=[p["summary"] for p in payloads])
-    return out
+    return dict(first, cells=merged, processes=len(payloads), summary=models.summary(merged, first["modes"]),
+                process_summaries=[p["summary"] for p in payloads])
 
 
 def spread_lines(payload: dict) -> list:
-    """Per cell of the goal backend: the processes' ratios, e.g. `electra inference: 1.04x (0.99-1.07x)`."""
+    """Per cell of the goal backend: the processes' ratios, e.g.
+    `electra inference: tdbg/inductor 0.96x, processes 0.94-1.01x (0.942, 1.009, 0.956)`."""
     lines = []
     for c in payload["cells"]:
         ratios = [r for r in c.get("process_ratios") or [] if r is not None]
@@ -92,7 +94,6 @@ def run_processes(n: int, args: list, run=subprocess.run) -> tuple:
 
 
 def _load(path: str) -> dict:
-    import json
     with open(path) as f:
         doc = json.load(f)
     return {k: v for k, v in doc.items() if k not in ("schema", "version")}
