@@ -477,13 +477,15 @@ def _check_cache_entries(fn):
 
 
 def _check_autograd_cache_log(log):
-    # explain --caches: AOTAutograd computes its key's debug lines only when this logger is at DEBUG,
-    # and reports each lookup as an `aotautograd_cache_<state>` artifact with `components`
+    # explain --caches: AOTAutograd reports each lookup as an `aotautograd_cache_<state>` artifact
+    # with `components`, its key's debug lines. torch 2.13 computes them only when this logger is at
+    # DEBUG (caches.py sets it); 2.11 always computes them, and gates nothing on a level
     import logging
     mod = importlib.import_module(inductor_hooks.ENTRIES.entries["autograd_cache_log"].module)
     assert isinstance(log, logging.Logger) and log.name == mod.__name__
     source = inspect.getsource(mod)
-    assert "isEnabledFor(logging.DEBUG)" in source and 'f"aotautograd_cache_{cache_state}"' in source
+    assert set(re.findall(r"log\.isEnabledFor\(([\w.]+)\)", source)) <= {"logging.DEBUG"}
+    assert 'f"aotautograd_cache_{cache_state}"' in source
     assert '"components": debug_lines' in source
     # Inductor's FX graph cache: `fx_graph_cache_<state>` artifacts whose payload has the key's components
     assert 'f"fx_graph_cache_{cache_state}"' in inspect.getsource(importlib.import_module("torch._inductor.compile_fx"))
