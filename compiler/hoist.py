@@ -27,7 +27,6 @@ it off. Writes through `w.data` are not seen (as for packed weights and autograd
 from __future__ import annotations
 
 import operator
-import weakref
 from typing import Optional
 
 import torch
@@ -35,6 +34,7 @@ import torch
 from .logs import get_logger
 from .ops import VIEW_OPS, op_name
 from .torch_compat import OpOverload, tensor_version
+from .weight_cache import PerTensors
 
 log = get_logger("compiler")
 
@@ -49,24 +49,24 @@ class Hoisted:
         self.runs = 0   # times `pre` ran: once per weight version
 
     def wrap(self, call):
-        """`call(args + frontier)`, the frontier made again only when a static input changed."""
-        held = {"key": None, "refs": (), "values": None}
+        """`call(args + frontier)`, the frontier made once per set of static input tensors (one
+        graph serves every instance of a module class: weight_cache.py) and again when one of
+        them changed."""
+        cache, warned = PerTensors(), []
 
         def hoisted_call(args):
             ws = [args[i] for i in self.pre_inputs]
-            key = tuple((w.data_ptr(), tensor_version(w)) for w in ws)
-            unversioned = None in (v for _, v in key)   # an inference tensor: no version tells a write apart
-            if held["values"] is None or key != held["key"] or any(r() is not w for r, w in zip(held["refs"], ws)) \
-                    or unversioned:
-                if unversioned and held["values"] is None:
-                    log.warning("weights made under torch.inference_mode have no version counter: the %d "
-                                "value(s) computed from them alone (%.1f MiB) are recomputed on every call; "
-                                "make the model outside inference_mode to compute them once",
-                                len(self.names), self.hoisted_bytes / 2**20)
-                held["values"] = self.run_pre(ws)
-                held["key"], held["refs"] = key, tuple(weakref.ref(w) for w in ws)
-            return call(list(args) + held["values"])
+            return call(list(args) + cache.get(ws, None, lambda: self._pre(ws, warned)))
         return hoisted_call
+
+    def _pre(self, ws, warned: list):
+        if not warned and any(tensor_version(w) is None for w in ws):
+            warned.append(True)
+            log.warning("weights made under torch.inference_mode have no version counter: the %d "
+                        "value(s) computed from them alone (%.1f MiB) are recomputed on every call; "
+                        "make the model outside inference_mode to compute them once",
+                        len(self.names), self.hoisted_bytes / 2**20)
+        return self.run_pre(ws)
 
     def run_pre(self, ws):
         """The frontier values for these static inputs, in the examples' strides."""

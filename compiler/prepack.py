@@ -33,13 +33,13 @@ weight), else plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
 
-import weakref
 from typing import Optional
 
 import torch
 
 from .ir import InputBuffer, ReinterpretView, SymbolicUnsupported, hint, is_static
 from .torch_compat import tensor_version
+from .weight_cache import PerTensors
 
 aten = torch.ops.aten
 MIN_ROWS = 8          # packed vs plain sgemm, [768, 768] weight: 0.04 vs 0.03 ms at 1-2 rows, 0.06 vs 0.07 at 8
@@ -262,12 +262,10 @@ class PackedWeights:
                                                        "none", [], "")
 
     def _held(self, slot, w: torch.Tensor, extra: tuple, make):
-        """The slot's packed copy of `w`, made again by `make()` when `w` is another tensor, was
-        written in place (its version), or `extra` (what the packing depends on) changed."""
-        held = self.slots.get(slot)
-        key = (w.data_ptr(), tensor_version(w), extra)
-        # an inference tensor has no version to tell an in-place write by: packed anew every call
-        if held is None or held[0]() is not w or held[1] != key or key[1] is None:
-            held = (weakref.ref(w), key, make())
-            self.slots[slot] = held
-        return held[2]
+        """The slot's packed copy of `w`, made by `make()` for each weight tensor the slot meets
+        (one graph serves every instance of a module class: weight_cache.py) and again when `w`
+        was written in place (its version) or `extra` (what the packing depends on) changed."""
+        cache = self.slots.get(slot)
+        if cache is None:
+            cache = self.slots[slot] = PerTensors()
+        return cache.get((w,), extra, make)

@@ -25,6 +25,7 @@ INIT = "__init__"
 # earlier stage or earlier in its own). A new module of compiler/ gets its place here.
 LAYERS = (
     ("foundations: import nothing of compiler/", ("logs", "errors", "toolchain", "torch_compat", "ir")),
+    ("values computed from weights, kept per set of weight tensors", ("weight_cache",)),
     ("configuration and op tables", ("config", "ops", "decompositions")),
     ("graph passes before lowering", ("layout", "concat_linears", "hoist", "bias_epilogue")),
     ("lowering: aten graph -> loop IR", ("lowering_common", "lowering_reductions", "lowering_data",

@@ -170,7 +170,7 @@ def test_a_linear_runs_plain_when_its_packed_copy_would_be_too_large_and_the_sha
     plain = packed_bytes > prepack.MAX_PACKED_RATIO * w.nbytes
     pw = prepack.PackedWeights()
     out = pw.linear(0, x, w, b)
-    assert (pw.slots[0][2] is None) == plain and ((n, k, 16) in prepack._PLAIN) == plain
+    assert (pw.slots[0].values() == [None]) == plain and ((n, k, 16) in prepack._PLAIN) == plain
     if plain:
         assert torch.equal(out, torch.addmm(b, x, w.t()))
         monkeypatch.setattr(torch.ops.mkl, "_mkl_reorder_linear_weight", None)   # must not be asked again
