@@ -92,14 +92,18 @@ class Cell:
 def make_runner(spec: str, fn):
     """What `spec` runs for `fn`: eager is `fn` itself, everything else goes through torch.compile."""
     import torch
-    if spec == "eager":
-        return fn
+    return fn if spec == "eager" else torch.compile(fn, backend=backend_of(spec))
+
+
+def backend_of(spec: str):
+    """What torch.compile's `backend=` takes for a compiled spec: "tdbg", "torch:NAME"'s NAME, or
+    a user backend's function."""
     if spec == "tdbg":
-        return torch.compile(fn, backend="tdbg")
+        return "tdbg"
     if spec.startswith("torch:"):
-        return torch.compile(fn, backend=spec[len("torch:"):])
+        return spec[len("torch:"):]
     from tdbg.minifier.runs.backends import resolve
-    return torch.compile(fn, backend=resolve(spec).compiler_fn)
+    return resolve(spec).compiler_fn
 
 
 def describe(e: BaseException) -> str:
@@ -177,7 +181,9 @@ def check_cell(cell: Cell, runner, inputs, expected, reference):
     return runner
 
 
-def run_workload(w, backends: list, settings: Settings) -> list:
+def run_workload(w, backends: list, settings: Settings, runner_for=make_runner) -> list:
+    """Each backend's `runner_for(spec, fn)` checked against eager and a float64 reference, then
+    timed interleaved with the others: one Cell per backend."""
     import torch
     from tdbg.minifier.diagnose.accuracy import fp64_reference
     from tdbg.minifier.diagnose.timing import CpuWatch, alternate, timed
@@ -189,7 +195,7 @@ def run_workload(w, backends: list, settings: Settings) -> list:
         cell = Cell(w.name, spec)
         cells.append(cell)
         try:
-            runner = make_runner(spec, fn)
+            runner = runner_for(spec, fn)
         except Exception as e:
             cell.status, cell.error = "failed", describe(e)
             continue

@@ -267,3 +267,40 @@ def test_benchmark_state_flushes_every_thread_and_restores():
     assert (x * 1).count_nonzero() == x.numel()
     with m.harness.benchmark_state(m.Settings()):
         assert (x * 1).count_nonzero() == x.numel()
+
+
+def test_repeated_blocks_are_the_outermost_lists_of_one_class():
+    m = _models()
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+
+    net = torch.nn.Module()
+    net.layers = torch.nn.ModuleList([Block(), Block(), Block()])
+    net.mixed = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()])
+    net.single = torch.nn.ModuleList([Block()])
+    # the layers, not the lists inside them; inside a list of one, the inner list is the repeat
+    want = [*net.layers, *net.single[0].inner]
+    blocks = m.repeated_blocks(net)
+    assert len(blocks) == len(want) and all(a is b for a, b in zip(blocks, want))
+    with pytest.raises(ValueError, match="Linear has no repeated blocks"):
+        m.regional_runner("tdbg", torch.nn.Linear(2, 2))
+
+
+def test_regional_mode_compiles_one_graph_for_every_layer_and_matches_eager():
+    """--modes regional: each layer of the tiny model compiled by itself, one Dynamo graph shared
+    by the layers, each backend on its own copy (eager's model is left uncompiled)."""
+    from torch._dynamo.utils import counters
+    m = _models()
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        with torch.no_grad():
+            cells = m.run_regional(m.BY_NAME[MODEL], ["eager", "tdbg"], m.Settings(repeat=2, warmup=1, quick=True),
+                                   m.SHAPES[True])
+        assert [(c.backend, c.status) for c in cells] == [("eager", "ok"), ("tdbg", "ok")], [c.error for c in cells]
+        assert counters["stats"]["unique_graphs"] == 1 and cells[1].compile_s > 0 and len(cells[1].runs_s) == 2
+    finally:
+        torch._dynamo.reset()
