@@ -14,13 +14,17 @@ again when one of them has another storage or was written in place (its version 
 `extra` (what the value depends on besides the tensors) changed. An entry goes when any of its
 tensors is freed, so the cache holds what the live weights need, as separate compilations would.
 An inference tensor has no version counter to tell an in-place write by: its value is made on
-every call.
+every call. A cache keeps at most MAX_ENTRIES sets, the oldest made going first: a graph that
+meets more live weight sets than a deep model has layers is being fed new weights call after call
+(each kept alive by the caller), and a packed copy per set would grow without bound.
 """
 from __future__ import annotations
 
 import weakref
 
 from .torch_compat import tensor_version
+
+MAX_ENTRIES = 256
 
 
 class PerTensors:
@@ -36,6 +40,9 @@ class PerTensors:
         if entry is None or entry[1] != key or any(r() is not t for r, t in zip(entry[0], tensors)) \
                 or any(v is None for _, v in key[0]):
             refs = tuple(weakref.ref(t, self._dropper(ids)) for t in tensors)
+            self.entries.pop(ids, None)
+            if len(self.entries) >= MAX_ENTRIES:
+                del self.entries[next(iter(self.entries))]
             entry = self.entries[ids] = (refs, key, make())
         return entry[2]
 

@@ -25,6 +25,19 @@ def test_one_value_per_set_of_tensors_remade_on_a_write_dropped_when_freed():
     assert len(cache) == 1 and cache.values() == [5]   # every entry that read `a` went with it
 
 
+def test_at_most_max_entries_the_oldest_made_going_first(monkeypatch):
+    from tdbg.compiler import weight_cache
+    monkeypatch.setattr(weight_cache, "MAX_ENTRIES", 3)
+    cache, ts = PerTensors(), [torch.full((2,), float(i)) for i in range(5)]
+    for t in ts[:3]:
+        cache.get((t,), None, lambda t=t: t[0].item())
+    ts[0].add_(10)                                    # remade: now the newest
+    assert cache.get((ts[0],), None, lambda: 10.0) == 10.0
+    for t in ts[3:]:
+        cache.get((t,), None, lambda t=t: t[0].item())
+    assert cache.values() == [10.0, 3.0, 4.0]       # 1.0 and 2.0, the oldest made, went
+
+
 def test_an_inference_tensor_is_remade_every_call():
     cache, made = PerTensors(), []
     with torch.inference_mode():
