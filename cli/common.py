@@ -183,6 +183,28 @@ def never_compiled_message(script: str) -> str:
             "so there is nothing to debug. Wrap the model or function in torch.compile(...) and run again.")
 
 
+def compiled_nothing_message(script: str, calls: int) -> str:
+    return (f"{script} called torch.compile {calls} time(s), but Dynamo compiled no graph from what it was "
+            "given, so nothing was compared with eager. Dynamo skips frames of torch's own code (an "
+            "nn.Linear given to Module.compile by itself compiles nothing) and runs frames it cannot trace "
+            "eagerly. Compile a function or a module of your own (whose forward calls torch's modules) "
+            "and run again.")
+
+
+def nothing_to_check(verdict: dict, script: str) -> Optional[str]:
+    """Why a run that finished without a failure checked nothing (it never called torch.compile, or
+    its calls compiled no graph), or None when it compiled something. Such a run is bad input,
+    never an OK: every command that reports on the script's graphs asks this first."""
+    if verdict.get("status") != "ok":
+        return None
+    calls = verdict.get("compile_calls")
+    if calls == 0:
+        return never_compiled_message(script)
+    if calls and not verdict.get("graphs"):
+        return compiled_nothing_message(script, calls)
+    return None
+
+
 def check_output_file(path: Optional[str], option: str) -> None:
     """Before any work: fail (usage) unless `path` (a file tdbg will write; '-' is stdout) can
     be created or replaced — it is not a directory, its folder exists, and a file can really be

@@ -115,8 +115,9 @@ def _run_problem(verdict: dict, script: str, backend: str = common.OWN):
     """(message, exit code) when the run gives nothing to compare, else None. A run that fails
     on accuracy still saved its graphs: comparing them is the point; so did a script that failed
     on its own after its compiled graphs ran (an assert on their wrong result)."""
-    if verdict["status"] == "ok" and verdict.get("compile_calls") == 0:
-        return common.never_compiled_message(script), exit_code("bad_input")
+    nothing = common.nothing_to_check(verdict, script)
+    if nothing:
+        return nothing, exit_code("bad_input")
     if verdict["status"] == "ok" or verdict.get("stage") == "accuracy":
         return None
     if verdict.get("stage") == "script" and (verdict.get("save_io") or {}).get("graphs"):

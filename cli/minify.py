@@ -247,8 +247,9 @@ _SCRIPT_FAILED = {4: "every checked call of each compiled graph matched eager (t
 def _no_dump(verdict: dict, script: str, doc: _Document, level: int = 2) -> NoReturn:
     """No graph was captured: say why, with the code `tdbg run` gives the same verdict."""
     if verdict.get("status") == "ok":
-        if verdict.get("compile_calls") == 0:
-            doc.fail(common.never_compiled_message(script), "bad_input")
+        nothing = common.nothing_to_check(verdict, script)
+        if nothing:
+            doc.fail(nothing, "bad_input")
         why = _NOTHING_CAUGHT.get(level, "for accuracy problems use --level 4, which compares each graph with eager")
         doc.fail(f"{script} ran without a compile failure, so there is nothing to minify ({why}).", "not_reproduced")
     error = verdict.get("error") or {}

@@ -199,6 +199,10 @@ class Session:
         # passed through `own` (which may wrap it: --save-io, repro dumps, profiling)
         self.own, self.script, self.config = own, script, config
         self._own_fns: dict = {}       # (asked text, dynamic, backend object) -> (compiler fn, kind, name)
+        # (compiler fn, kind) -> the Dynamo backend: one object per compiler, as in the script's own run,
+        # where torch.compile calls with one backend share Dynamo's compiled graphs (each layer of a model
+        # compiled one by one calls the first layer's graph)
+        self._dynamo_backends: dict = {}
         self.compile_records: list = []   # own_backend.CallRecord per torch.compile call
         self.setup_error: Optional[Exception] = None   # the script's own backend could not be set up
         self.fullgraph, self.function, self.check_accuracy = fullgraph, function, check_accuracy
@@ -280,9 +284,12 @@ class Session:
         return fn, kind
 
     def _dynamo_backend_for(self, fn, kind):
-        def backend(gm, example_inputs):
-            return self.dynamo_backend(gm, example_inputs, fn, kind)
-        return backend
+        key = (id(fn), kind)
+        if key not in self._dynamo_backends:
+            def backend(gm, example_inputs):
+                return self.dynamo_backend(gm, example_inputs, fn, kind)
+            self._dynamo_backends[key] = (fn, backend)   # fn kept: its id names it while the run lasts
+        return self._dynamo_backends[key][1]
 
     # -- the Dynamo backend ---------------------------------------------------------------------
     def dynamo_backend(self, gm, example_inputs, backend_fn=None, backend_kind=None):

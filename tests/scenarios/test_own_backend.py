@@ -19,6 +19,9 @@ RUNS = {
     "lambda": (("run", OWN, "--", "lambda"), {}),
     "two": (("run", OWN, "--backend", "own", "--", "two"), {}),
     "aot": (("run", OWN, "--", "aot"), {}),
+    "layers_replaced": (("run", OWN, "--backend", "inductor", "--", "layers"), {}),
+    "torch_layers": (("run", OWN, "--backend", "inductor", "--", "torch_layers"), {}),
+    "torch_layers_compare": (("compare", OWN, "--backend", "inductor", "--", "torch_layers"), {}),
     "bisect_toy": (("bisect", "examples/toy_compiler.py"), {}),
     "bisect_two": (("bisect", OWN, "--", "two"), {}),
 }
@@ -82,6 +85,28 @@ def test_ok_names_the_graphs_compared(runs):
     assert (f"OK {OWN}: 1 graph(s) compiled by {OWN}:aot_backend (the script's own); results match eager on 1 of 1 "
             "graph(s) (1 call(s) compared, gradients on 0)") in r.stdout
     assert rows(r)[0]["asked"] == "aot_backend"
+
+
+def test_layers_compiled_one_by_one_share_one_graph_as_in_the_scripts_own_run(runs):
+    """Dynamo serves every layer of a class with the graph the first one compiled, as long as
+    the calls share a backend: the replacing backend is one object per compiler, so the run
+    compiles what the script compiles (before: one graph per layer), and checks every call."""
+    r = runs("layers_replaced")
+    assert r.code == 0, r.output
+    assert (f"OK {OWN}: 1 graph(s) compiled by tdbg's compiler (inductor); results match eager on 1 of 1 "
+            "graph(s) (3 call(s) compared, gradients on 0)") in r.stdout
+    assert [(x["asked"], x["ran"], x["replaced"]) for x in rows(r)] == [("eager", "inductor", True)]
+
+
+@pytest.mark.parametrize("name", ["torch_layers", "torch_layers_compare"])
+def test_compile_calls_that_compile_no_graph_are_bad_input_never_ok(runs, name):
+    """Module.compile on nn.Linear layers: three torch.compile calls, and Dynamo compiles no graph
+    (it skips torch's own frames). Nothing was compared, so no command may say OK or 'match'."""
+    r = runs(name)
+    assert r.code == exit_code("bad_input"), r.output
+    assert "OK" not in r.stdout and "match" not in r.stdout
+    assert (f"{OWN} called torch.compile 3 time(s), but Dynamo compiled no graph from what it was given, "
+            "so nothing was compared with eager.") in " ".join(r.output.split())
 
 
 def test_unnamed_and_several_backends_run_as_written(runs):

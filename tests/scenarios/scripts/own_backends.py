@@ -12,6 +12,15 @@ def f(x):
     return torch.relu(x) * 2 + 1
 
 
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return f(self.linear(x))
+
+
 def counting_backend(gm, example_inputs):
     """A user backend that runs the graph as it is."""
     return gm.forward
@@ -39,6 +48,12 @@ def compiled():
         return torch.compile(f, backend="tdbg")
     if CASE == "optimize":
         return torch._dynamo.optimize("eager")(f)
+    if CASE in ("layers", "torch_layers"):   # regional compilation: three layers of one class, each compiled
+        torch.manual_seed(0)
+        layers = torch.nn.Sequential(*((Block() if CASE == "layers" else torch.nn.Linear(8, 8)) for _ in range(3)))
+        for layer in layers:
+            layer.compile(backend="eager")   # an nn.Linear's own forward: Dynamo compiles nothing
+        return torch.no_grad()(layers)
     if CASE == "two":
         g = torch.compile(lambda x: torch.sin(x) + 1, backend="eager")
         return lambda x: g(torch.compile(f, backend=counting_backend)(x))
