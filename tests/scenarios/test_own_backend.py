@@ -22,6 +22,7 @@ RUNS = {
     "layers_replaced": (("run", OWN, "--backend", "inductor", "--", "layers"), {}),
     "torch_layers": (("run", OWN, "--backend", "inductor", "--", "torch_layers"), {}),
     "torch_layers_compare": (("compare", OWN, "--backend", "inductor", "--", "torch_layers"), {}),
+    "torch_layers_bisect": (("bisect", OWN, "--backend", "inductor", "--", "torch_layers"), {}),
     "bisect_toy": (("bisect", "examples/toy_compiler.py"), {}),
     "bisect_two": (("bisect", OWN, "--", "two"), {}),
 }
@@ -107,6 +108,13 @@ def test_compile_calls_that_compile_no_graph_are_bad_input_never_ok(runs, name):
     assert "OK" not in r.stdout and "match" not in r.stdout
     assert (f"{OWN} called torch.compile 3 time(s), but Dynamo compiled no graph from what it was given, "
             "so nothing was compared with eager.") in " ".join(r.output.split())
+
+
+def test_bisect_over_calls_that_compile_no_graph_is_bad_input_not_a_pass(runs):
+    r = runs("torch_layers_bisect")
+    assert r.code == exit_code("bad_input"), r.output
+    assert r.json["verdict"]["summary"].startswith("the script's 3 torch.compile call(s) compiled no graph under eager")
+    assert [b["backend"] for b in r.json["backends"]] == ["eager"]   # the rest would compile nothing either
 
 
 def test_unnamed_and_several_backends_run_as_written(runs):
