@@ -200,7 +200,7 @@ def nothing_to_check(verdict: dict, script: str) -> Optional[str]:
     calls = verdict.get("compile_calls")
     if calls == 0:
         return never_compiled_message(script)
-    if calls and not verdict.get("graphs"):
+    if calls and verdict.get("graphs") == []:     # the runner's list of compiled graphs, empty
         return compiled_nothing_message(script, calls)
     return None
 

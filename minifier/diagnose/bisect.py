@@ -203,7 +203,7 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
     for backend in chain:
         verdict = prober.run(f"backend {backend_label(backend)}", backend)
         result["backends"].append({"backend": backend, "adds": layer_words(backend), **_short_run(verdict)})
-        if not _fails(verdict) and verdict.get("compile_calls") and not verdict.get("graphs"):
+        if not _fails(verdict) and verdict.get("compile_calls") and verdict.get("graphs") == []:
             # a pass over no graph says nothing: the next backends would compile nothing either
             result["verdict"] = {"level": "bad_input", "stage": "bad_input", "summary": (
                 f"the script's {verdict['compile_calls']} torch.compile call(s) compiled no graph under "
