@@ -184,11 +184,10 @@ def never_compiled_message(script: str) -> str:
 
 
 def compiled_nothing_message(script: str, calls: int) -> str:
+    from tdbg.minifier.runs.own_backend import NO_GRAPH_REASON
     return (f"{script} called torch.compile {calls} time(s), but Dynamo compiled no graph from what it was "
-            "given, so nothing was compared with eager. Dynamo skips frames of torch's own code (an "
-            "nn.Linear given to Module.compile by itself compiles nothing) and runs frames it cannot trace "
-            "eagerly. Compile a function or a module of your own (whose forward calls torch's modules) "
-            "and run again.")
+            f"given, so nothing was compared with eager. {NO_GRAPH_REASON}. Compile a function or a module "
+            "of your own (whose forward calls torch's modules) and run again.")
 
 
 def nothing_to_check(verdict: dict, script: str) -> Optional[str]:

@@ -18,8 +18,9 @@ EXIT_CODES = {
     "usage": (2, "bad command line: an unknown option, a value out of range, an output path (--json, "
                  "--trace, --out) that cannot be written"),
     "bad_input": (3, "an input is unusable: the script is missing, a directory, does not parse, never calls "
-                     "torch.compile or its torch.compile calls compile no graph; an unknown backend or a backend file that fails to import; a malformed "
-                     "TDBG_* variable (TDBG_CONFIG, TDBG_INJECT_BUG, ...) or an unwritable TDBG_CACHE_DIR"),
+                     "torch.compile or its torch.compile calls compile no graph; an unknown backend or a "
+                     "backend file that fails to import; a malformed TDBG_* variable (TDBG_CONFIG, "
+                     "TDBG_INJECT_BUG, ...) or an unwritable TDBG_CACHE_DIR"),
     "dynamo": (10, "Dynamo failed to capture the program"),
     "aot_autograd": (11, "AOTAutograd failed (tracing, decompositions, partitioning)"),
     "lowering": (12, "the compiler could not lower an FX node"),

@@ -185,10 +185,9 @@ def _repro(after, level, out_dir):
 
 def _outcome(verdict: dict, script: str, args, backend: str, function=None):
     """(exit code, next commands). A run that never compiled anything is bad input."""
-    nothing = None if function else common.nothing_to_check(verdict, script)
-    if nothing or (verdict["status"] == "ok" and verdict.get("compile_calls") == 0):
-        verdict.update(status="failed", stage="bad_input", error={
-            "type": "bad_input", "message": nothing or common.never_compiled_message(script)})
+    nothing = common.nothing_to_check(verdict, script)
+    if nothing and not (function and verdict.get("compile_calls")):   # --function's own message below
+        verdict.update(status="failed", stage="bad_input", error={"type": "bad_input", "message": nothing})
     elif verdict["status"] == "ok" and function and not verdict.get("graphs"):
         # by their functions' names (a resume function is its function's): what --function takes
         from tdbg.minifier.runs.names import function_of

@@ -205,10 +205,10 @@ def _bisect(prober: _Prober, jobs: int, chosen: str = "inductor") -> dict:
         result["backends"].append({"backend": backend, "adds": layer_words(backend), **_short_run(verdict)})
         if not _fails(verdict) and verdict.get("compile_calls") and verdict.get("graphs") == []:
             # a pass over no graph says nothing: the next backends would compile nothing either
+            from tdbg.minifier.runs.own_backend import NO_GRAPH_REASON
             result["verdict"] = {"level": "bad_input", "stage": "bad_input", "summary": (
                 f"the script's {verdict['compile_calls']} torch.compile call(s) compiled no graph under "
-                f"{backend_label(backend)} (Dynamo skips frames of torch's own code, such as an nn.Linear given "
-                "to Module.compile by itself); there is nothing to bisect")}
+                f"{backend_label(backend)} ({NO_GRAPH_REASON}); there is nothing to bisect")}
             return result
         if _fails(verdict):
             failing = verdict

@@ -25,6 +25,9 @@ from typing import Any, Optional
 
 from tdbg.minifier.runs.backends import OWN, Backend, resolve
 MAX_RECORDS = 20          # compile calls reported one by one; a script compiling in a loop is summed up
+# why torch.compile calls can compile no graph (a run's verdict with compile_calls > 0 and graphs == [])
+NO_GRAPH_REASON = ("Dynamo skips frames of torch's own code (an nn.Linear given to Module.compile by itself "
+                   "compiles nothing) and runs frames it cannot trace eagerly")
 _DEFAULT_MODES = (None, "default")
 
 
