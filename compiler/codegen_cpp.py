@@ -160,8 +160,10 @@ class CppKernel(ReductionCodegen):
                 yield block, facts
         finally:
             self.facts.pop()
-            self.facts[-1].reasons.extend(facts.reasons)
+            self.facts[-1].reasons.extend(facts.reasons + facts.conflicts())
             self.facts[-1].itemsizes.update(facts.itemsizes)
+            self.facts[-1].stores.update(facts.stores)
+            self.facts[-1].foreign_reads.update(facts.foreign_reads)
 
     def invariant_block(self, var):
         """The block outside the innermost loop that defines `var` (a temporary computed before
@@ -184,7 +186,7 @@ class CppKernel(ReductionCodegen):
 
     def simd(self, what, facts, clause=""):
         """The `#pragma omp simd` line for a loop over `what`, or "" (and the log says why)."""
-        reasons = list(dict.fromkeys(facts.reasons))
+        reasons = list(dict.fromkeys(facts.reasons + facts.conflicts()))
         if not self.config.vectorize:
             reasons = ["config.vectorize is off"]
         elif self.config.simdlen <= 0:
@@ -248,6 +250,7 @@ class CppKernel(ReductionCodegen):
             # later nodes of this loop nest read the value, not memory (same index by construction)
             self.stored[node.name] = (node.store_index, self.lane_value(node, value))
         if not node.local:
+            self.facts[-1].stores.add(node.name)
             bits = value
             if dtype in LOWP_CONVERT:
                 bits = self.lowp_bits.get(str(value)) or f"{LOWP_CONVERT[dtype][1]}({value})"
@@ -404,8 +407,9 @@ class CppOps:
         self.k.touch(dtype)
         if name in self.k.scratch:
             return self.k.cse(self.k.scratch_element(name, index), dtype)
-        if name in self.k.outputs and self.k.group_store_index(name) != index:
-            self.k.unsafe(f"reads {name}, which this kernel writes, at another index")
+        store_index = self.k.group_store_index(name)
+        if store_index is not None and store_index != index:
+            self.k.facts[-1].foreign_reads.add(name)
         element = f"{self.k.input_arg(name)}[{cexpr(index)}]"
         if dtype not in LOWP_CONVERT:
             return self.k.cse(element, dtype)

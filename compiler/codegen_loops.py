@@ -97,3 +97,12 @@ class LoopFacts:
     """What a loop body contains that decides whether it may be vectorized."""
     reasons: list = field(default_factory=list)
     itemsizes: set = field(default_factory=set)
+    stores: set = field(default_factory=set)          # buffers this loop writes
+    foreign_reads: set = field(default_factory=set)   # buffers of this kernel it reads at another index
+
+    def conflicts(self) -> list:
+        """Reads of a buffer this same loop writes, at another index: lanes would read an element
+        before the lane that writes it stores it. A buffer written by an earlier loop of the
+        kernel is complete when this loop reads it, at any index."""
+        return [f"reads {name}, which this loop writes, at another index"
+                for name in sorted(self.foreign_reads & self.stores)]
