@@ -98,9 +98,12 @@ class Compilation:
 def _lower(c):
     from .bias_epilogue import split_biases
     from .layout import plan_layout
+    from .linear_gelu import fuse_linear_gelu
     from .lowering import GraphLowering
-    # graph passes, each on a copy of the graph where it changes something: linear biases added
-    # by the kernels after them, layout planning (channels_last through convolutions)
+    # graph passes, each on a copy of the graph where it changes something: GELU as the post-op
+    # of linears of many rows, linear biases added by the kernels after them, layout planning
+    # (channels_last through convolutions)
+    c.gm = fuse_linear_gelu(c.gm, c.kind, c.config)
     c.gm = split_biases(c.gm, c.kind, c.config)
     c.gm = plan_layout(c.gm, c.example_inputs, c.config, c.kind)
     c.graph = GraphLowering(c.gm, c.example_inputs, c.config)

@@ -70,6 +70,7 @@ class Config:
     pack_weights: bool = True          # inference linears run on MKL-packed weights (prepack.py)
     hoist_weights: bool = True         # inference work on weights alone runs once per weight version (hoist.py)
     bias_epilogue: bool = True         # inference linears' biases added by the kernels after them (bias_epilogue.py)
+    linear_gelu: bool = True           # inference linears of many rows run GELU as oneDNN's post-op (linear_gelu.py)
     concat_linears: bool = True        # inference linears reading one input run as one GEMM (concat_linears.py)
     # graphs with symbolic shapes: "symbolic" compiles once into kernels taking the sizes as
     # arguments (falling back per graph where it cannot); "specialize" compiles one static copy
@@ -245,6 +246,7 @@ _ENV = {
     "TDBG_PACK_WEIGHTS": ("pack_weights", _flag),
     "TDBG_HOIST_WEIGHTS": ("hoist_weights", _flag),
     "TDBG_BIAS_EPILOGUE": ("bias_epilogue", _flag),
+    "TDBG_LINEAR_GELU": ("linear_gelu", _flag),
     "TDBG_CONCAT_LINEARS": ("concat_linears", _flag),
     "TDBG_DYNAMIC": ("dynamic", str),
     "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),

@@ -38,6 +38,7 @@ from typing import Optional
 import torch
 
 from .ir import InputBuffer, ReinterpretView, SymbolicUnsupported, hint, is_static
+from .linear_gelu import LINEAR_POINTWISE
 from .torch_compat import tensor_version
 from .weight_cache import PerTensors
 
@@ -191,11 +192,22 @@ LINEAR_PACKINGS = (
     (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4),
 )
 
+def _linear_gelu(kernel):
+    """linear_gelu.py's fused call: its weight a contiguous [N, K] float32 graph input."""
+    x, w, bias, attr, scalars, algorithm = kernel.args
+    if not isinstance(w, InputBuffer) or w.dtype != torch.float32 or len(w.size) != 2 or not _contiguous(w.layout, w.size) \
+            or (attr, list(scalars), algorithm) != ("gelu", [], "none") or not _vector(bias, w.size[0]):
+        return None
+    return "dnn_linear", (x, w, bias, False, "gelu")
+
+
 PACKERS = {
     aten.addmm.default: _linear(1, 2, 0),
     aten.mm.default: _linear(0, 1, None),
     aten.convolution.default: _conv,
 }
+if LINEAR_POINTWISE is not None:
+    PACKERS[LINEAR_POINTWISE.default] = _linear_gelu
 
 
 def slot_key(method: str, args: tuple) -> tuple:
@@ -207,7 +219,7 @@ def slot_key(method: str, args: tuple) -> tuple:
     if method == "conv":
         x, w, _bias, *geometry = args
         return method, w.name, shape(x), repr(geometry)
-    x, w, _bias, kn = args
+    x, w, _bias, kn, *_attr = args   # oneDNN's post-op does not change the packing
     return (method, w.name, kn) + ((str(x.size[0]),) if method == "linear" else ())
 
 
@@ -246,12 +258,13 @@ class PackedWeights:
         return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
 
     def dnn_linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
-                   kn: bool = False):
+                   kn: bool = False, attr: str = "none"):
         """x @ W.t() + bias (W as for `linear`) through oneDNN on W reordered once for every row
-        count (a symbolic one included); in bf16/fp16 within one ulp of eager's addmm (the bits
-        where eager's is oneDNN on the same layout)."""
+        count (a symbolic one included), then `attr` ("gelu": exact GELU, linear_gelu.py) as its
+        post-op; in bf16/fp16 within one ulp of eager's addmm (the bits where eager's is oneDNN on
+        the same layout)."""
         packed = self._held(slot, w, (), lambda: torch.ops.mkldnn._reorder_linear_weight(w.t() if kn else w, None))
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "none" if attr == "gelu" else "")
 
     def conv(self, slot: int, x, w, bias, padding, stride, dilation, groups):
         """aten.convolution(x, w, bias, stride, padding, dilation, False, [0, 0], groups) through

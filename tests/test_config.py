@@ -15,7 +15,7 @@ def test_every_env_row_reaches_its_field():
               "TDBG_NUM_THREADS": "3", "TDBG_MAX_FUSION_SIZE": "5", "TDBG_SIMDLEN": "0",
               "TDBG_MIN_CHUNK_SIZE": "7", "TDBG_FUSION": "0", "TDBG_PARALLEL": "off", "TDBG_VECTORIZE": "no",
               "TDBG_DECOMPOSE": "false", "TDBG_LAYOUT_OPTIMIZATION": "0", "TDBG_PACK_WEIGHTS": "off",
-              "TDBG_HOIST_WEIGHTS": "0", "TDBG_BIAS_EPILOGUE": "no", "TDBG_CONCAT_LINEARS": "0", "TDBG_FALLBACK_RANDOM": "1", "TDBG_FALLBACK_OPS": "neg,aten.add.Tensor",
+              "TDBG_HOIST_WEIGHTS": "0", "TDBG_BIAS_EPILOGUE": "no", "TDBG_LINEAR_GELU": "0", "TDBG_CONCAT_LINEARS": "0", "TDBG_FALLBACK_RANDOM": "1", "TDBG_FALLBACK_OPS": "neg,aten.add.Tensor",
               "TDBG_MAX_LOWERED_OPS": "4", "TDBG_MAX_FUSIONS": "2", "TDBG_KERNEL_PROFILE": "1", "TDBG_REUSE_OUTPUTS": "0",
               "TDBG_INJECT_BUG": "neg:crash", "TDBG_REPORT": "/r.jsonl", "TDBG_DYNAMIC": "specialize"}
     assert set(values) == set(C._ENV)  # the test covers the whole table
@@ -24,7 +24,7 @@ def test_every_env_row_reaches_its_field():
     assert (cfg.num_threads, cfg.max_fusion_size, cfg.simdlen, cfg.min_chunk_size) == (3, 5, 0, 7)
     assert (cfg.fusion, cfg.parallel, cfg.vectorize, cfg.decompose) == (False, False, False, False)
     assert not cfg.layout_optimization and not cfg.pack_weights and not cfg.hoist_weights and not cfg.bias_epilogue
-    assert not cfg.concat_linears
+    assert not cfg.concat_linears and not cfg.linear_gelu
     assert cfg.fallback_random and cfg.enable_kernel_profile and not cfg.reuse_outputs
     assert cfg.fallback_ops == frozenset({"neg", "aten.add.Tensor"})
     assert (cfg.max_lowered_ops, cfg.max_fusions) == (4, 2)

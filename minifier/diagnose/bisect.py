@@ -51,6 +51,7 @@ SUBSYSTEMS = (
     ("prepack", {"pack_weights": False}, "packed weights for inference linears and convolutions (MKL, oneDNN)"),
     ("hoist", {"hoist_weights": False}, "inference work on weights alone run once per weight version"),
     ("bias epilogue", {"bias_epilogue": False}, "inference linears' biases added by the kernels after them"),
+    ("linear GELU", {"linear_gelu": False}, "inference linears of many rows with GELU as oneDNN's post-op"),
     ("concat linears", {"concat_linears": False}, "inference linears reading one input run as one GEMM"),
     ("fusion", {"fusion": False}, "fusing nodes into one kernel"),
     ("parallelization", {"parallel": False}, "OpenMP parallel loops"),

@@ -27,7 +27,7 @@ LAYERS = (
     ("foundations: import nothing of compiler/", ("logs", "errors", "toolchain", "torch_compat", "ir")),
     ("values computed from weights, kept per set of weight tensors", ("weight_cache",)),
     ("configuration and op tables", ("config", "ops", "decompositions")),
-    ("graph passes before lowering", ("layout", "concat_linears", "hoist", "bias_epilogue")),
+    ("graph passes before lowering", ("layout", "concat_linears", "hoist", "linear_gelu", "bias_epilogue")),
     ("lowering: aten graph -> loop IR", ("lowering_common", "lowering_reductions", "lowering_data",
                                          "lowering_random", "lowering_index", "lowering_shape", "lowering_scan",
                                          "lowering_math", "lowering_pool", "lowering")),

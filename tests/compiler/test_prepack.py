@@ -45,12 +45,21 @@ def conv_relu(x, w, b):
     return F.relu(F.conv2d(x, w, b, padding=1))
 
 
+def onednn_linear_gelu(x, w, b):
+    if x.dtype != torch.float32:
+        return F.gelu(F.linear(x, w, b))
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu", [], "none")
+
+
 # (name, fn, inputs, the PackedWeights calls output_code.py must make)
 CASES = [
     ("addmm and mm", linear_gelu, (randn(2, 8, 64), randn(256, 64, seed=1, scale=0.1), randn(256, seed=2),
                                    randn(64, 256, seed=3, scale=0.1)), ["_packed.linear(0,", "_packed.linear(1,"]),
     ("conv", conv_relu, (randn(2, 16, 10, 10), randn(32, 16, 3, 3, seed=1, scale=0.1), randn(32, seed=2)),
      ["_packed.conv(0,"]),
+    # linear_gelu.py's fused call (float64, the reference, computes it in aten)
+    ("oneDNN linear + GELU", onednn_linear_gelu, (randn(64, 32), randn(128, 32, seed=1, scale=0.1), randn(128, seed=2)),
+     ["_packed.dnn_linear(0,"]),
 ]
 
 
