@@ -6,9 +6,11 @@ decomposition). With many rows that output leaves the cache: Swin-tiny's and Con
 first-stage MLPs, [6272, 96] x [96, 384] at batch 2, 2 threads, 2026-11-27: oneDNN linear 1.08 ms
 plus the bias-GELU kernel 0.65 ms, against 1.35 ms for oneDNN's linear with the bias and
 `gelu_erf` applied while each tile is in registers; [1568, 192] x [192, 768] 1.31 against 1.21;
-from [392, 384] x [384, 1536] on, equal or slower (the output stays in cache). So in a float32
-inference graph whose weights are packed, `fuse_linear_gelu` rewrites an `addmm(b, x, W.t())` of
-at least MIN_ROWS static rows, W a graph input and the GELU its only reader (behind one view),
+at fewer rows it depends on the weight: whole models in one process, fused vs not at ~392 rows,
+ConvNeXt-tiny's and Swin-tiny's [1536, 384] weights 0.97-0.98x the time, ViT-base's
+[3072, 768] 1.04x (MKL's packed weight wins there). So in a float32 inference graph whose weights
+are packed, `fuse_linear_gelu` rewrites an `addmm(b, x, W.t())` whose static row count and weight
+size fit a FUSE_WHEN row, W a graph input and the GELU its only reader (behind one view),
 into `mkldnn._linear_pointwise(x, W, b, "gelu", [], "none")`; prepack.py runs it on W reordered
 once (`PackedWeights.dnn_linear`). oneDNN's erf is not eager's: each value moves by an ulp or
 so (within what eager's own float32 GELU is off from a float64 one).
@@ -22,7 +24,8 @@ import torch
 
 aten = torch.ops.aten
 LINEAR_POINTWISE = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-MIN_ROWS = 1024
+# (min rows, most weight elements or None): a linear fuses when some row holds. 2 threads, 2026-11-27.
+FUSE_WHEN = ((1024, None), (256, 1 << 20))
 HALF, SQRT1_2 = 0.5, 0.7071067811865476   # the decomposition's constants (M_SQRT1_2 as a float)
 
 
@@ -88,8 +91,8 @@ def _scaled_input(node, factor) -> Optional[torch.fx.Node]:
 
 
 def _linear(addmm) -> bool:
-    """addmm(b, x, W.t()) in float32: beta = alpha = 1, b of shape [N], x of MIN_ROWS static rows
-    or more, W a contiguous [N, K] graph input."""
+    """addmm(b, x, W.t()) in float32: beta = alpha = 1, b of shape [N], x's static rows and W's
+    size a FUSE_WHEN row, W a contiguous [N, K] graph input."""
     if not _is_call(addmm, aten.addmm.default) or len(addmm.args) != 3 or addmm.kwargs:
         return False
     bias, x, wt = addmm.args
@@ -102,8 +105,8 @@ def _linear(addmm) -> bool:
     b, xv, w, out = vals
     rows = xv.shape[0]
     return (b.dim() == 1 and w.dim() == 2 and w.is_contiguous() and b.shape[0] == w.shape[0]
-            and isinstance(rows, int) and rows >= MIN_ROWS and xv.dim() == 2 and xv.is_contiguous()
-            and out.is_contiguous())
+            and isinstance(rows, int) and xv.dim() == 2 and xv.is_contiguous() and out.is_contiguous()
+            and any(rows >= r and (most is None or w.numel() <= most) for r, most in FUSE_WHEN))
 
 
 def _is_call(node, target) -> bool:

@@ -12,7 +12,7 @@ from tdbg.compiler.decompositions import decomposition_table
 F = torch.nn.functional
 pytestmark = pytest.mark.skipif(not (linear_gelu.available() and prepack.mkldnn_available()),
                                 reason="torch built without oneDNN")
-ROWS = linear_gelu.MIN_ROWS
+ROWS = linear_gelu.FUSE_WHEN[0][0]
 
 
 def compile_fn(fn, *inputs, kind="inference", **cfg):
@@ -49,13 +49,25 @@ FUSED = "_packed.dnn_linear(0, "
 # (name, fn, inputs, config changes, kind, fused)
 CASES = [
     ("mlp", mlp, inputs(ROWS), {}, "inference", True),
-    ("fewer rows", mlp, inputs(ROWS - 2), {}, "inference", False),
     ("another reader", gelu_and_more, inputs(ROWS), {}, "inference", False),
     ("tanh GELU", tanh_gelu, inputs(ROWS), {}, "inference", False),
     ("linear_gelu off", mlp, inputs(ROWS), {"linear_gelu": False}, "inference", False),
     ("pack_weights off", mlp, inputs(ROWS), {"pack_weights": False}, "inference", False),
     ("training graph", mlp, inputs(ROWS), {}, "training", False),
 ]
+
+
+def fuses(rows, weight_elements) -> bool:
+    return any(rows >= r and (most is None or weight_elements <= most) for r, most in linear_gelu.FUSE_WHEN)
+
+
+def table_cases():
+    """Each FUSE_WHEN row at its row count, two rows fewer, and (with a most) a weight just larger."""
+    for r, most in linear_gelu.FUSE_WHEN:
+        yield r, 48, 192
+        yield r - 2, 48, 192
+        if most is not None:
+            yield r, 257, most // 256 + 1    # 257 * (most / 256 + 1) > most
 
 
 @pytest.mark.parametrize("name,fn,args,cfg,kind,fused", CASES, ids=[c[0] for c in CASES])
@@ -67,6 +79,14 @@ def test_which_linear_gelu_is_fused(name, fn, args, cfg, kind, fused):
     got, want = compiled(*args), fn(*args)
     for g, w in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows,c,hidden", list(table_cases()))
+def test_which_row_counts_and_weights_fuse(rows, c, hidden):
+    args = inputs(rows, c, hidden)
+    compiled = compile_fn(mlp, *args)
+    assert (FUSED in compiled.source_code) == fuses(rows, c * hidden), (rows, c, hidden)
+    torch.testing.assert_close(compiled(*args), mlp(*args), rtol=1e-4, atol=1e-4)
 
 
 def test_fused_answer_is_as_close_to_float64_as_eagers():
