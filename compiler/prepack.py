@@ -192,6 +192,7 @@ LINEAR_PACKINGS = (
     (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4),
 )
 
+
 def _linear_gelu(kernel):
     """linear_gelu.py's fused call: its weight a contiguous [N, K] float32 graph input."""
     x, w, bias, attr, scalars, algorithm = kernel.args
