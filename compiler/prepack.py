@@ -264,6 +264,10 @@ class PackedWeights:
         count (a symbolic one included), then `attr` ("gelu": exact GELU, linear_gelu.py) as its
         post-op; in bf16/fp16 within one ulp of eager's addmm (the bits where eager's is oneDNN on
         the same layout)."""
+        if attr == "gelu" and tensor_version(w) is None:
+            # an inference tensor would be reordered on every call: addmm and aten's GELU are cheaper
+            return torch.nn.functional.gelu(torch.addmm(bias, x, w if kn else w.t()) if bias is not None
+                                            else torch.mm(x, w if kn else w.t()))
         packed = self._held(slot, w, (), lambda: torch.ops.mkldnn._reorder_linear_weight(w.t() if kn else w, None))
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "none" if attr == "gelu" else "")
 

@@ -116,3 +116,18 @@ def test_the_fused_call_packs_once_and_follows_a_written_weight(monkeypatch):
         args[1].mul_(0.5)      # an in-place write: the reordered copy is remade
     torch.testing.assert_close(compiled(*args), mlp(*args), rtol=1e-5, atol=1e-5)
     assert made == [(192, 48)] * 2
+
+
+def test_weights_made_under_inference_mode_are_not_reordered_every_call(monkeypatch):
+    """An inference tensor has no version counter to tell an in-place write by, so a reordered
+    copy would be remade on every call: the fused call runs addmm and aten's GELU instead."""
+    with torch.inference_mode():
+        args = [a.clone() for a in inputs(ROWS)]
+    compiled = compile_fn(mlp, *args)
+    assert FUSED in compiled.source_code
+    made, real = [], torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda w, *a: made.append(w.shape) or real(w, *a))
+    with torch.inference_mode():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(*args), mlp(*args), rtol=1e-5, atol=1e-5)
+    assert made == []
