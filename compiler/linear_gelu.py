@@ -38,8 +38,7 @@ def fuse_linear_gelu(gm: torch.fx.GraphModule, kind: str, config) -> torch.fx.Gr
         return gm
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
-    for erf in [n for n in graph.nodes if _match(n)]:
-        addmm, view, result = _match(erf)
+    for addmm, view, result in [m for m in map(_match, graph.nodes) if m is not None]:
         bias, x, wt = addmm.args
         with graph.inserting_before(result):
             fused = graph.call_function(LINEAR_POINTWISE.default, (x, wt.args[0], bias, "gelu", [], "none"))

@@ -196,8 +196,8 @@ LINEAR_PACKINGS = (
 def _linear_gelu(kernel):
     """linear_gelu.py's fused call: its weight a contiguous [N, K] float32 graph input."""
     x, w, bias, attr, scalars, algorithm = kernel.args
-    if not isinstance(w, InputBuffer) or w.dtype != torch.float32 or len(w.size) != 2 or not _contiguous(w.layout, w.size) \
-            or (attr, list(scalars), algorithm) != ("gelu", [], "none") or not _vector(bias, w.size[0]):
+    if _weight_input(w, torch.float32)[0] is not w or (attr, list(scalars), algorithm) != ("gelu", [], "none") \
+            or not _vector(bias, w.size[0]):
         return None
     return "dnn_linear", (x, w, bias, False, "gelu")
 
