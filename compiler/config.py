@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from .logs import LOG_CHANNELS
-from .toolchain import native_vector
+from .toolchain import VENDORS, cpu_vendor, native_vector
 
 BUG_KINDS = ("compile_error", "runtime_error", "accuracy", "crash")
 DYNAMIC_MODES = ("symbolic", "specialize")
+CPU_VENDORS = tuple(sorted(set(VENDORS.values()))) + ("other",)
 # The aten/prims ops tdbg lowers, by name: the ops `inject_bug` can break (an op that is not
 # lowered has no generated code to break). tests/test_config.py pins it to lowering.LOWERINGS;
 # spelled out here so that reading the configuration stays torch-free.
@@ -72,6 +73,9 @@ class Config:
     bias_epilogue: bool = True         # inference linears' biases added by the kernels after them (bias_epilogue.py)
     linear_gelu: bool = True           # inference linears of many rows run GELU as oneDNN's post-op (linear_gelu.py)
     concat_linears: bool = True        # inference linears reading one input run as one GEMM (concat_linears.py)
+    # whose CPU the GEMM choices are made for (prepack.LINEAR_PACKINGS): "intel", "amd" or "other";
+    # default: this machine's (toolchain.cpu_vendor)
+    cpu_vendor: str = field(default_factory=cpu_vendor)
     # graphs with symbolic shapes: "symbolic" compiles once into kernels taking the sizes as
     # arguments (falling back per graph where it cannot); "specialize" compiles one static copy
     # per concrete call signature (the bisect subsystem / the older path)
@@ -115,6 +119,8 @@ class Config:
             if kind not in BUG_KINDS:
                 raise ValueError(f"inject_bug kind {kind!r} is not one of {', '.join(BUG_KINDS)}")
             check_injectable(op)
+        if self.cpu_vendor not in CPU_VENDORS:
+            raise ValueError(f"cpu_vendor must be one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
         if self.dynamic not in DYNAMIC_MODES:
             raise ValueError(f"dynamic must be one of {', '.join(DYNAMIC_MODES)}, got {self.dynamic!r}")
         unknown = set(self.logs) - set(LOG_CHANNELS)
@@ -248,6 +254,7 @@ _ENV = {
     "TDBG_BIAS_EPILOGUE": ("bias_epilogue", _flag),
     "TDBG_LINEAR_GELU": ("linear_gelu", _flag),
     "TDBG_CONCAT_LINEARS": ("concat_linears", _flag),
+    "TDBG_CPU_VENDOR": ("cpu_vendor", str),
     "TDBG_DYNAMIC": ("dynamic", str),
     "TDBG_FALLBACK_RANDOM": ("fallback_random", _flag),
     "TDBG_FALLBACK_OPS": ("fallback_ops", lambda v: frozenset(filter(None, v.split(",")))),

@@ -13,8 +13,9 @@ inputs and packs at run time:
   qualifies: an inference graph, the weight a graph input. A linear (`addmm`, `mm`) needs B to be
   the transpose of a contiguous [N, K] input (nn.Linear) or a contiguous [K, N] input itself
   (GPT-2's Conv1D), beta = alpha = 1 and a 1-d bias or none, and a
-  LINEAR_PACKINGS row for its dtype and row count: float32 with a static row count packs for
-  MKL (`linear`); a symbolic row count (a graph compiled once for every sequence length), bf16 and
+  LINEAR_PACKINGS row for its dtype, row count, weight shape and CPU vendor: float32 with a static
+  row count packs for MKL (`linear`), except on AMD's CPUs where oneDNN is faster for wide outputs;
+  a symbolic row count (a graph compiled once for every sequence length), bf16 and
   fp16 reorder for oneDNN (`dnn_linear`), whose packed weight serves every row count. A
   convolution needs float32, 2-d, not transposed, a channels_last input (what layout planning
   gives), a dense weight;
@@ -39,6 +40,7 @@ import torch
 
 from .ir import InputBuffer, ReinterpretView, SymbolicUnsupported, hint, is_static
 from .linear_gelu import LINEAR_POINTWISE
+from .toolchain import cpu_vendor
 from .torch_compat import tensor_version
 from .weight_cache import PerTensors
 
@@ -68,11 +70,11 @@ def rewrite(kernel, kind: str, config) -> Optional[tuple]:
     packer = PACKERS.get(kernel.target)
     if packer is None or kind != "inference" or not getattr(config, "pack_weights", True):
         return None
-    return packer(kernel)
+    return packer(kernel, config)
 
 
 def _linear(a_at, b_at, bias_at):
-    def pack(kernel):
+    def pack(kernel, config):
         args = kernel.args
         a, b = args[a_at], args[b_at]
         bias = args[bias_at] if bias_at is not None else None
@@ -82,28 +84,31 @@ def _linear(a_at, b_at, bias_at):
         n = weight.size[1 if kn else 0] if weight is not None else None
         if weight is None or not _vector(bias, n, a.dtype):
             return None
-        row = _linear_packing(a.dtype, a.size[0], weight.size[0] * weight.size[1])
-        return None if row is None else (row[2], (a, weight, bias, kn))
+        k = weight.size[0 if kn else 1]
+        row = _linear_packing(a.dtype, a.size[0], n, k, getattr(config, "cpu_vendor", None) or cpu_vendor())
+        return None if row is None else (row[3], (a, weight, bias, kn))
     return pack
 
 
-def _linear_packing(dtype, rows, weight_elements):
-    """The LINEAR_PACKINGS row serving a linear of this dtype, row count and weight size, or None."""
+def _linear_packing(dtype, rows, n, k, cpu: str):
+    """The LINEAR_PACKINGS row serving a linear of this dtype, row count and [N, K] weight on
+    `cpu`'s vendor, or None."""
     static = is_static(rows)
     for row in LINEAR_PACKINGS:
-        r_dtype, r_rows, _, available, min_weight, min_rows = row
-        if r_dtype != dtype or r_rows != "any" and (r_rows == "static") != static:
+        r_dtype, r_rows, cpus, _, available, when = row
+        if r_dtype != dtype or r_rows != "any" and (r_rows == "static") != static or cpu not in cpus:
             continue
         # symbolic sizes are judged on their example's values (a heuristic; the kernel is generic)
         try:
-            big_enough = hint(rows) >= min_rows and hint(weight_elements) >= min_weight
+            holds = when(hint(rows), hint(n), hint(k))
         except SymbolicUnsupported:
             return None
-        return row if big_enough and available() else None
+        if holds and available():
+            return row
     return None
 
 
-def _conv(kernel):
+def _conv(kernel, _config):
     """A 2-d, non-transposed float32 convolution of a channels_last input by a graph input."""
     if not mkldnn_available():
         return None
@@ -177,23 +182,41 @@ def _dnn_fp16() -> bool:
     return _dnn_linear_available() and torch.ops.mkldnn._is_mkldnn_fp16_supported()
 
 
-# Which packed GEMM serves an inference linear: (dtype, row count, PackedWeights method, available,
-# min weight elements, min rows). Rows are tried in order; the first of the dtype and row kind decides.
-# MKL's packed weight serves one row count (repacked when it changes), oneDNN's any (packed with no
-# batch size). Measured 2026-11-27, 2-core AVX-512/AMX Xeon, 2 threads, ms per call, plain addmm vs
-# packed: float32 [3072, 768] at 77 rows 1.37 vs MKL 1.06 / oneDNN 1.11, but oneDNN's ~0.017 ms
-# per call loses on small weights ([128, 128]: 0.006 vs 0.021) and below ~16 rows; bf16 (eager's
-# addmm is oneDNN reordering the weight every call, the same bits) [3072, 768] 0.35 vs 0.21 at 77
-# rows, 0.16 vs 0.09 at 1, [128, 128] 0.026 vs 0.020; fp16 loses at 1 row (0.16 vs 0.20).
+def _at_least(min_weight: int, min_rows: int):
+    return lambda rows, n, k: rows >= min_rows and n * k >= min_weight
+
+
+def _wide(rows: int, n: int, k: int) -> bool:
+    """Where oneDNN's packed weight beats MKL's off Intel: a vocabulary-sized output, or outputs
+    1.5 times as many as the inputs at up to 256 rows (measured below)."""
+    return rows >= MIN_ROWS and (n >= 8192 or rows <= 256 and 2 * n >= 3 * k and n * k >= 1 << 17)
+
+
+ALL_CPUS = ("intel", "amd", "other")
+# Which packed GEMM serves an inference linear: (dtype, row count, CPU vendors (Config.cpu_vendor),
+# PackedWeights method, available, when(rows, N, K)). The first row whose every column holds serves;
+# none: plain addmm. MKL's packed weight serves one row count (repacked when it changes), oneDNN's
+# any (packed with no batch size). Measured 2026-11-27, 2-core AVX-512/AMX Xeon, 2 threads, ms per
+# call, plain addmm vs packed: float32 [3072, 768] at 77 rows 1.37 vs MKL 1.06 / oneDNN 1.11, but
+# oneDNN's ~0.017 ms per call loses on small weights ([128, 128]: 0.006 vs 0.021) and below ~16
+# rows; bf16 (eager's addmm is oneDNN reordering the weight every call, the same bits) [3072, 768]
+# 0.35 vs 0.21 at 77 rows, 0.16 vs 0.09 at 1, [128, 128] 0.026 vs 0.020; fp16 loses at 1 row (0.16
+# vs 0.20). On a 2-core AMD EPYC (Zen 3, AVX2), 2026-11-27, oneDNN / MKL packed: [N, K] at 128
+# rows [30522, 768] 0.72, [50257, 768] 0.60, [32000, 512] 0.65, [30522, 128] 0.61, [30000, 128]
+# 0.87; [2048, 512] 0.69, [1536, 512] 0.75, [768, 512] 0.77, [1024, 256] 0.88, [4096, 768] 0.91,
+# [3072, 768] 0.96; at 32 rows [3072, 768] 0.60, at 256 0.78; [30522, 768] at 8 rows 0.45, at 394
+# and 1024 0.83; but N <= K ([768, 3072] 0.97, [256, 1024] 1.08, [128, 512] 1.20) and 394 rows
+# ([3072, 768] 1.06, [768, 3072] 1.17) favour MKL.
 LINEAR_PACKINGS = (
-    (torch.float32, "static", "linear", mkl_available, MIN_WEIGHT, MIN_ROWS),
-    (torch.float32, "symbolic", "dnn_linear", _dnn_linear_available, 1 << 19, 16),
-    (torch.bfloat16, "any", "dnn_linear", _dnn_bf16, MIN_WEIGHT, 1),
-    (torch.float16, "any", "dnn_linear", _dnn_fp16, 1 << 19, 4),
+    (torch.float32, "static", ("amd",), "dnn_linear", _dnn_linear_available, _wide),
+    (torch.float32, "static", ALL_CPUS, "linear", mkl_available, _at_least(MIN_WEIGHT, MIN_ROWS)),
+    (torch.float32, "symbolic", ALL_CPUS, "dnn_linear", _dnn_linear_available, _at_least(1 << 19, 16)),
+    (torch.bfloat16, "any", ALL_CPUS, "dnn_linear", _dnn_bf16, _at_least(MIN_WEIGHT, 1)),
+    (torch.float16, "any", ALL_CPUS, "dnn_linear", _dnn_fp16, _at_least(1 << 19, 4)),
 )
 
 
-def _linear_gelu(kernel):
+def _linear_gelu(kernel, _config):
     """linear_gelu.py's fused call: its weight a contiguous [N, K] float32 graph input."""
     x, w, bias, attr, scalars, algorithm = kernel.args
     if _weight_input(w, torch.float32)[0] is not w or (attr, list(scalars), algorithm) != ("gelu", [], "none") \

@@ -1,4 +1,4 @@
-"""What the host's C++ compiler targets, asked without building anything: the defaults of
+"""What the host's CPU and C++ compiler are, asked without building anything: the defaults of
 `Config` (config.py) come from here, so this module sits below config and imports no other
 module of compiler/."""
 from __future__ import annotations
@@ -20,3 +20,22 @@ def native_vector(cxx: str = "g++") -> tuple:
     except (OSError, subprocess.SubprocessError):
         return 8, ()
     return (16, ("-mprefer-vector-width=512",)) if "__AVX512F__ " in out else (8, ())
+
+
+# /proc/cpuinfo's vendor_id -> Config.cpu_vendor
+VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd", "HygonGenuine": "amd"}
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """"intel", "amd" or "other": whose CPU this is, from the first vendor_id line of `cpuinfo`
+    ("other" where there is none, as off Linux). MKL's GEMMs are tuned for Intel's CPUs; which
+    library serves a linear depends on it (prepack.LINEAR_PACKINGS)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return VENDORS.get(line.split(":", 1)[1].strip(), "other")
+    except OSError:
+        pass
+    return "other"

@@ -17,7 +17,8 @@ def test_every_env_row_reaches_its_field():
               "TDBG_DECOMPOSE": "false", "TDBG_LAYOUT_OPTIMIZATION": "0", "TDBG_PACK_WEIGHTS": "off",
               "TDBG_HOIST_WEIGHTS": "0", "TDBG_BIAS_EPILOGUE": "no", "TDBG_LINEAR_GELU": "0", "TDBG_CONCAT_LINEARS": "0", "TDBG_FALLBACK_RANDOM": "1", "TDBG_FALLBACK_OPS": "neg,aten.add.Tensor",
               "TDBG_MAX_LOWERED_OPS": "4", "TDBG_MAX_FUSIONS": "2", "TDBG_KERNEL_PROFILE": "1", "TDBG_REUSE_OUTPUTS": "0",
-              "TDBG_INJECT_BUG": "neg:crash", "TDBG_REPORT": "/r.jsonl", "TDBG_DYNAMIC": "specialize"}
+              "TDBG_INJECT_BUG": "neg:crash", "TDBG_REPORT": "/r.jsonl", "TDBG_DYNAMIC": "specialize",
+              "TDBG_CPU_VENDOR": "other"}
     assert set(values) == set(C._ENV)  # the test covers the whole table
     cfg = C.from_env(values)
     assert (cfg.debug, cfg.debug_dir, cfg.cache_dir, cfg.cxx) == (True, "d", "/c", "clang++")
@@ -29,7 +30,22 @@ def test_every_env_row_reaches_its_field():
     assert cfg.fallback_ops == frozenset({"neg", "aten.add.Tensor"})
     assert (cfg.max_lowered_ops, cfg.max_fusions) == (4, 2)
     assert cfg.inject_bug == ("neg", "crash") and cfg.report_path == "/r.jsonl"
-    assert cfg.dynamic == "specialize"
+    assert cfg.dynamic == "specialize" and cfg.cpu_vendor == "other"
+
+
+@pytest.mark.parametrize("vendor_id,vendor", [("GenuineIntel", "intel"), ("AuthenticAMD", "amd"),
+                                              ("HygonGenuine", "amd"), ("CentaurHauls", "other"), (None, "other")])
+def test_cpu_vendor_read_from_cpuinfo(tmp_path, vendor_id, vendor):
+    from tdbg.compiler.toolchain import cpu_vendor
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\n" + (f"vendor_id\t: {vendor_id}\n" if vendor_id else "") + "flags\t: fpu\n")
+    assert cpu_vendor(str(info)) == vendor
+    assert cpu_vendor(str(tmp_path / "missing")) == "other"
+
+
+def test_an_unknown_cpu_vendor_is_refused():
+    with pytest.raises(ValueError, match="cpu_vendor must be one of amd, intel, other"):
+        C.from_env({"TDBG_CPU_VENDOR": "arm"})
 
 
 def test_logs_spec_splits_verbose_channels():

@@ -204,25 +204,28 @@ def _ulps_from(got, expected):
     return ((got.double() - expected.double()).abs() / spacing.double()).max().item()
 
 
-# (row, how its linear is compiled, weight layout): "any" rows are tried with static and with
-# symbolic rows, each row with both weight layouts
-ROW_CASES = [(row, rows, layout) for row in prepack.LINEAR_PACKINGS
+# (row, how its linear is compiled, weight layout, CPU vendor): "any" rows are tried with static
+# and with symbolic rows, each row with both weight layouts, on the vendor a row names last (an
+# earlier row would serve its first)
+ROW_CASES = [(row, rows, layout, row[2][-1]) for row in prepack.LINEAR_PACKINGS
              for rows in (("static", "symbolic") if row[1] == "any" else (row[1],)) for layout in ("nk", "kn")]
 
 
-@pytest.mark.parametrize("row,rows,layout", ROW_CASES, ids=[f"{r[0]}-{k}-{lay}" for r, k, lay in ROW_CASES])
-def test_each_linear_packing_row(row, rows, layout, monkeypatch):
+@pytest.mark.parametrize("row,rows,layout,cpu", ROW_CASES,
+                         ids=[f"{r[0]}-{k}-{lay}-{cpu}" for r, k, lay, cpu in ROW_CASES])
+def test_each_linear_packing_row(row, rows, layout, cpu, monkeypatch):
     """Each row's linear runs its PackedWeights method where the row is available (the plain
     aten op where not), packs its weight once for every row count, and gives eager's answer:
     float32 within float32 tolerance of float64, bf16/fp16 within one ulp of eager's addmm (the
     same oneDNN GEMM on a weight reordered once instead of every call)."""
-    dtype, _, method, available = row[:4]
+    dtype, _, cpus, method, available, _when = row
+    assert cpu in cpus
     fn, inputs = _linear_case(dtype, layout)
     packs = []   # each packed copy made (MKL's, when it declines a weight for its size, is None)
     held = prepack.PackedWeights._held
     monkeypatch.setattr(prepack.PackedWeights, "_held", lambda self, slot, w, extra, make: held(
         self, slot, w, extra, lambda: packs.append(make()) or packs[-1]))
-    compiled, graphs = compile_capturing(fn, dynamo_dynamic=rows == "symbolic")
+    compiled, graphs = compile_capturing(fn, dynamo_dynamic=rows == "symbolic", cpu_vendor=cpu)
     with torch.no_grad():
         for n in ((32,) if rows == "static" else (32, 19, 57)):
             args = (randn(n, 512).to(dtype), *inputs[1:])
@@ -239,6 +242,25 @@ def test_each_linear_packing_row(row, rows, layout, monkeypatch):
         assert sum(p is not None for p in packs) == 1   # one packed copy serves every length
     else:
         assert "_packed." not in source and "aten.addmm" in source
+
+
+# (rows, N, K, method on an AMD CPU): a vocabulary-sized output at any row count, or outputs 1.5
+# times the inputs at up to 256 rows, run on oneDNN there; Intel's run every one on MKL
+WIDE_CASES = [(8, 8192, 64, "dnn_linear"), (600, 8192, 64, "dnn_linear"), (128, 768, 512, "dnn_linear"),
+              (256, 768, 512, "dnn_linear"), (257, 768, 512, "linear"), (128, 767, 512, "linear"),
+              (128, 512, 768, "linear"), (128, 384, 256, "linear"), (7, 8192, 64, None)]
+
+
+@pytest.mark.parametrize("rows,n,k,amd", WIDE_CASES, ids=[f"{r}x{n}x{k}" for r, n, k, _ in WIDE_CASES])
+def test_which_library_serves_a_float32_linear_by_cpu_vendor(rows, n, k, amd):
+    x, w, b = randn(rows, k), randn(n, k, seed=1, scale=k ** -0.5), randn(n, seed=2)
+    fn = lambda x, w, b: F.linear(x, w, b).relu()   # noqa: E731
+    for cpu, method in (("amd", amd), ("intel", amd and "linear"), ("other", amd and "linear")):
+        compiled = compile_fn(fn, x, w, b, cpu_vendor=cpu)
+        src = compiled.source_code
+        assert (f"_packed.{method}(0," in src) if method else "_packed." not in src, (cpu, src[src.index("def call"):])
+        if cpu == "amd":
+            check(fn, compiled, x, w, b)
 
 
 def test_a_symbolic_row_count_below_the_rows_minimum_runs_plain():
