@@ -6,7 +6,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tdbg.compiler import compile_aten, linear_gelu, lowering, prepack
-from tdbg.compiler.config import current
+from tdbg.compiler.config import CPU_VENDORS, current
 from tdbg.compiler.decompositions import decomposition_table
 
 F = torch.nn.functional
@@ -16,9 +16,11 @@ ROWS = linear_gelu.FUSE_WHEN[0][0]
 
 
 def compile_fn(fn, *inputs, kind="inference", **cfg):
+    """`fn` compiled for a CPU the fusion pays on (FUSE_CPUS' first) unless `cfg` names another."""
     lowering.reset_counters()
     gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
-    return compile_aten(gm, list(inputs), current().replace(**cfg), kind=kind)
+    return compile_aten(gm, list(inputs), current().replace(**{"cpu_vendor": linear_gelu.FUSE_CPUS[0], **cfg}),
+                        kind=kind)
 
 
 def randn(*shape, seed=0, scale=1.0):
@@ -61,7 +63,8 @@ CASES = [
     ("linear_gelu off", mlp, inputs(ROWS), {"linear_gelu": False}, "inference", False),
     ("pack_weights off", mlp, inputs(ROWS), {"pack_weights": False}, "inference", False),
     ("training graph", mlp, inputs(ROWS), {}, "training", False),
-]
+] + [(f"{cpu} CPU", mlp, inputs(ROWS), {"cpu_vendor": cpu}, "inference", cpu in linear_gelu.FUSE_CPUS)
+     for cpu in CPU_VENDORS]
 
 
 def fuses(rows, weight_elements) -> bool:
