@@ -38,6 +38,7 @@ from typing import Optional
 
 import torch
 
+from .config import CPU_VENDORS
 from .ir import InputBuffer, ReinterpretView, SymbolicUnsupported, hint, is_static
 from .linear_gelu import LINEAR_POINTWISE
 from .toolchain import cpu_vendor
@@ -192,7 +193,6 @@ def _wide(rows: int, n: int, k: int) -> bool:
     return rows >= MIN_ROWS and (n >= 8192 or rows <= 256 and 2 * n >= 3 * k and n * k >= 1 << 17)
 
 
-ALL_CPUS = ("intel", "amd", "other")
 # Which packed GEMM serves an inference linear: (dtype, row count, CPU vendors (Config.cpu_vendor),
 # PackedWeights method, available, when(rows, N, K)). The first row whose every column holds serves;
 # none: plain addmm. MKL's packed weight serves one row count (repacked when it changes), oneDNN's
@@ -209,10 +209,10 @@ ALL_CPUS = ("intel", "amd", "other")
 # ([3072, 768] 1.06, [768, 3072] 1.17) favour MKL.
 LINEAR_PACKINGS = (
     (torch.float32, "static", ("amd",), "dnn_linear", _dnn_linear_available, _wide),
-    (torch.float32, "static", ALL_CPUS, "linear", mkl_available, _at_least(MIN_WEIGHT, MIN_ROWS)),
-    (torch.float32, "symbolic", ALL_CPUS, "dnn_linear", _dnn_linear_available, _at_least(1 << 19, 16)),
-    (torch.bfloat16, "any", ALL_CPUS, "dnn_linear", _dnn_bf16, _at_least(MIN_WEIGHT, 1)),
-    (torch.float16, "any", ALL_CPUS, "dnn_linear", _dnn_fp16, _at_least(1 << 19, 4)),
+    (torch.float32, "static", CPU_VENDORS, "linear", mkl_available, _at_least(MIN_WEIGHT, MIN_ROWS)),
+    (torch.float32, "symbolic", CPU_VENDORS, "dnn_linear", _dnn_linear_available, _at_least(1 << 19, 16)),
+    (torch.bfloat16, "any", CPU_VENDORS, "dnn_linear", _dnn_bf16, _at_least(MIN_WEIGHT, 1)),
+    (torch.float16, "any", CPU_VENDORS, "dnn_linear", _dnn_fp16, _at_least(1 << 19, 4)),
 )
 
 
