@@ -200,10 +200,12 @@ FIRST_LINES = 8
 # thing every repro.py does, and most of its start-up), then reads stdin: "warm NAME" lines import
 # modules the file's backend will import anyway ("module:function" also calls a once-per-process
 # probe it will run anyway), while the minifier is still working; "run PATH"
-# runs the file as __main__ with the argv and sys.path[0] that `python PATH` gives; EOF or anything
-# else exits 0. Nothing of tdbg's minifier is imported beforehand: the file must bring what it needs.
+# runs the file as __main__ with the argv and sys.path[0] that `python PATH` gives; anything else
+# exits 0, and so does EOF, removing the folder first: EOF before "run" means the minifier is gone
+# (killed: it could not remove the folder itself). Nothing of tdbg's minifier is imported
+# beforehand: the file must bring what it needs.
 _FRESH_MAIN = """
-import contextlib, importlib, os, runpy, sys
+import contextlib, importlib, os, runpy, shutil, sys
 import torch
 for line in iter(sys.stdin.readline, ""):
     command, _, arg = line.rstrip("\\n").partition(" ")
@@ -220,6 +222,8 @@ for line in iter(sys.stdin.readline, ""):
     sys.path[0] = os.path.dirname(arg)
     runpy.run_path(arg, run_name="__main__")
     break
+else:
+    shutil.rmtree(os.getcwd(), ignore_errors=True)
 """
 
 

@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -160,9 +161,12 @@ def test_a_script_failing_outside_compiled_graphs_keeps_its_own_code_and_leaves_
 
 def test_an_interrupted_minify_leaves_only_a_hidden_work_folder_and_a_rerun_works(tmp_path):
     chain_dump(tmp_path / "dump")
+    (tmp_path / "tmp").mkdir()
+    from torch._inductor.runtime.cache_dir_utils import cache_dir   # follows TMPDIR: keep the warm one
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "TORCHINDUCTOR_CACHE_DIR": cache_dir()}
     proc = subprocess.Popen([sys.executable, "-m", "tdbg.cli.main", "minify", str(tmp_path / "dump"),
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=env)
     for line in proc.stderr:          # interrupt once the minifier has started querying
         if "Started off with" in line:
             break
@@ -170,6 +174,11 @@ def test_an_interrupted_minify_leaves_only_a_hidden_work_folder_and_a_rerun_work
     proc.communicate()
     assert not os.path.exists(tmp_path / "out")
     assert [n for n in os.listdir(tmp_path) if n.startswith(".out.partial-")]
+    # the repro check's interpreter outlives the killed minify; it removes its own folder at EOF
+    deadline = time.monotonic() + 60
+    while os.listdir(tmp_path / "tmp") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert os.listdir(tmp_path / "tmp") == []
     again = tdbg("minify", str(tmp_path / "dump"), "--out", str(tmp_path / "out"), "--max-queries", "3")
     assert again.returncode == 0, again.stderr
     assert sorted(os.listdir(tmp_path / "out")) == ["inputs", "minifier_launcher.py", "minify.jsonl", "repro.py"]
