@@ -1,7 +1,13 @@
 """`tdbg run` on the seed examples: verdict, exit code and JSON for each failure stage."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from tdbg.cli.console import exit_code
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # scenario -> (stage, exit code name, FX node, phrase of the report)
 FAILURES = {
@@ -146,3 +152,14 @@ def test_debug_dir_and_log_channels(scenarios):
     assert any(f.startswith("dbg/run_") and f.endswith("output_code.py") for f in r.files)
     assert "[tdbg.compiler]" in r.stderr
     assert r.json["options"]["logs"] == "compiler"
+
+
+def test_what_a_script_leaves_to_interpreter_exit_is_still_written(tmp_path):
+    # the runner's child skips the exit's cyclic collections (gc.freeze): atexit handlers and the
+    # teardown of module-level objects must still happen as under `python script.py`
+    proc = subprocess.run([sys.executable, "-m", "tdbg.cli.main", "run", "tests/cli/scripts/writes_at_exit.py",
+                           "--backend", "eager", "--", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "unclosed.txt").read_text() == "written by the script, never closed\n"
+    assert (tmp_path / "atexit.txt").read_text() == "written at exit\n"
