@@ -203,9 +203,10 @@ FIRST_LINES = 8
 # runs the file as __main__ with the argv and sys.path[0] that `python PATH` gives; anything else
 # exits 0, and so does EOF, removing the folder first: EOF before "run" means the minifier is gone
 # (killed: it could not remove the folder itself). Nothing of tdbg's minifier is imported
-# beforehand: the file must bring what it needs.
+# beforehand: the file must bring what it needs. After the file, gc.freeze() spares the exit's
+# cyclic collections (about a second with torch and Dynamo loaded), which the minifier waits for.
 _FRESH_MAIN = """
-import contextlib, importlib, os, runpy, shutil, sys
+import contextlib, gc, importlib, os, runpy, shutil, sys
 import torch
 for line in iter(sys.stdin.readline, ""):
     command, _, arg = line.rstrip("\\n").partition(" ")
@@ -220,7 +221,10 @@ for line in iter(sys.stdin.readline, ""):
         break
     sys.argv = [arg]
     sys.path[0] = os.path.dirname(arg)
-    runpy.run_path(arg, run_name="__main__")
+    try:
+        runpy.run_path(arg, run_name="__main__")
+    finally:   # as the runner's child does (runner.child_main): atexit and teardown still run
+        gc.freeze()
     break
 else:
     shutil.rmtree(os.getcwd(), ignore_errors=True)
