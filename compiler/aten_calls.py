@@ -164,7 +164,7 @@ def _parses(fn, args, kwargs: dict, out: bool) -> bool:
 def op_table(namespace: str, calls: dict):
     """`namespace` ("aten") as output_code.py calls it: an object whose `<op>.<overload>`
     attribute is `torch.<binding>` for each `calls` entry {"op.overload": binding name or None}
-    with a binding, else the OpOverload. Plain attributes: one dict lookup each per call."""
+    with a binding, else the OpOverload's builtin. Plain attributes: one dict lookup each per call."""
     from types import SimpleNamespace
     table = SimpleNamespace()
     ops = getattr(torch.ops, namespace)
@@ -173,5 +173,7 @@ def op_table(namespace: str, calls: dict):
         if not hasattr(table, op):
             setattr(table, op, SimpleNamespace())
         fn = getattr(torch, binding) if binding else getattr(getattr(ops, op), overload)
-        setattr(getattr(table, op), overload, fn)
+        # an OpOverload's builtin: its Python __call__ only forwards to it, at a frame a call
+        # (wrapper.py's prologue says why the graph's calls keep off Python frames)
+        setattr(getattr(table, op), overload, getattr(fn, "_op", fn))
     return table

@@ -34,6 +34,7 @@ weight), else plain (the graph's own addmm/mm).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional
 
 import torch
@@ -265,6 +266,42 @@ class PackedWeights:
 
     def __init__(self):
         self.slots = {}
+        self.made = {}    # (site, id(w)) -> (weak ref to w, (data_ptr, version), weak ref to bias or None, call)
+
+    def take(self, specs) -> list:
+        """This call's `(op, arguments after the input)` for each packed call `(site, slot, method,
+        w, bias, extra, how)` (wrapper.py's prologue): the one made before while `w` is the
+        tensor it was made for, with the same storage and version, and `bias` the same tensor;
+        else made anew (`_made`). None where the call must take its method's own path (a GELU
+        linear on an inference tensor). The steady state runs no Python function per call:
+        wrapper.py's prologue says why."""
+        out, made = [], self.made
+        for site, slot, method, w, bias, extra, how in specs:
+            entry = made.get((site, id(w)))
+            if entry is not None and entry[0]() is w and not w.is_inference() \
+                    and entry[1] == (w.data_ptr(), w._version) \
+                    and (bias is None if entry[2] is None else entry[2]() is bias):
+                out.append(entry[3])
+            else:
+                out.append(self._made(site, slot, method, w, bias, extra, how))
+        return out
+
+    def _made(self, site, slot, method, w, bias, extra, how):
+        call = MAKE_CALL[method](self, slot, w, bias, extra, *how)
+        if call is not None and not w.is_inference():
+            key = (site, id(w))
+            ref = weakref.ref(w, self._dropper(key))
+            self.made[key] = (ref, (w.data_ptr(), w._version), None if bias is None else weakref.ref(bias), call)
+        return call
+
+    def _dropper(self, key):
+        made = self.made
+
+        def drop(ref):   # only the entry of this reference: the id may since name a newer tensor
+            entry = made.get(key)
+            if entry is not None and entry[0] is ref:
+                del made[key]
+        return drop
 
     def linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], kn: bool = False):
         """x @ W.t() + bias (W = w, or w.t() when `kn`: w stored [K, N]), with W packed for x's
@@ -272,7 +309,7 @@ class PackedWeights:
         oneDNN's packed weight where a DNN_INSTEAD row holds, else plain addmm/mm (the graph's
         own op)."""
         rows, wt = x.shape[0], (w.t() if kn else w)
-        packed = self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
+        packed = self._mkl(slot, w, rows, kn)
         if packed is not None:
             return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
         # an inference tensor (no version) would be reordered on every call: plain addmm is cheaper
@@ -287,20 +324,33 @@ class PackedWeights:
         count (a symbolic one included), then `attr` ("gelu": exact GELU, linear_gelu.py) as its
         post-op; in bf16/fp16 within one ulp of eager's addmm (the bits where eager's is oneDNN on
         the same layout)."""
-        if attr == "gelu" and tensor_version(w) is None:
+        packed = self._dnn(slot, w, (), kn, attr)
+        if packed is None:
             # an inference tensor would be reordered on every call: addmm and aten's GELU are cheaper
             return torch.nn.functional.gelu(torch.addmm(bias, x, w if kn else w.t()) if bias is not None
                                             else torch.mm(x, w if kn else w.t()))
-        packed = self._held(slot, w, (), lambda: torch.ops.mkldnn._reorder_linear_weight(w.t() if kn else w, None))
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "none" if attr == "gelu" else "")
 
     def conv(self, slot: int, x, w, bias, padding, stride, dilation, groups):
         """aten.convolution(x, w, bias, stride, padding, dilation, False, [0, 0], groups) through
         oneDNN on `w` reordered once into the blocked format it wants for x's shape."""
-        packed = self._held(slot, w, tuple(x.shape), lambda: torch.ops.mkldnn._reorder_convolution_weight(
-            w, padding, stride, dilation, groups, list(x.shape)))
+        packed = self._conv(slot, w, tuple(x.shape), padding, stride, dilation, groups)
         return torch.ops.mkldnn._convolution_pointwise(x, packed, bias, padding, stride, dilation, groups,
                                                        "none", [], "")
+
+    # the packed weight of each method; `take` calls these where its steady state does not hold
+    def _mkl(self, slot, w, rows, kn):
+        wt = w.t() if kn else w
+        return self._held(slot, w, rows, lambda: _mkl_pack(wt, rows))
+
+    def _dnn(self, slot, w, extra, kn, attr):
+        if attr == "gelu" and tensor_version(w) is None:
+            return None
+        return self._held(slot, w, extra, lambda: torch.ops.mkldnn._reorder_linear_weight(w.t() if kn else w, None))
+
+    def _conv(self, slot, w, shape, padding, stride, dilation, groups):
+        return self._held(slot, w, shape, lambda: torch.ops.mkldnn._reorder_convolution_weight(
+            w, list(padding), list(stride), list(dilation), groups, list(shape)))
 
     def _held(self, slot, w: torch.Tensor, extra: tuple, make):
         """The slot's packed copy of `w`, made by `make()` for each weight tensor the slot meets
@@ -310,3 +360,54 @@ class PackedWeights:
         if cache is None:
             cache = self.slots[slot] = PerTensors()
         return cache.get((w,), extra, make)
+
+
+def _conv_call(self, slot, w, bias, shape, padding, stride, dilation, groups):
+    packed = self._conv(slot, w, shape, padding, stride, dilation, groups)
+    return OPS["conv"], (packed, bias, list(padding), list(stride), list(dilation), groups, "none", [], "")
+
+
+def _linear_call(self, slot, w, bias, rows, kn):
+    wt = w.t() if kn else w
+    packed = self._mkl(slot, w, rows, kn)
+    if packed is not None:
+        return OPS["mkl"], (packed, wt, bias, rows)
+    if any(rows >= r and wt.numel() >= n for r, n in DNN_INSTEAD) and tensor_version(w) is not None \
+            and _dnn_linear_available():   # as PackedWeights.linear decides
+        return _dnn_call(self, ("dnn", slot), w, bias, (), kn, "none")
+    return torch.nn.functional.linear, (wt, bias)   # addmm(bias, x, wt.t()), or mm without a bias
+
+
+def _dnn_call(self, slot, w, bias, extra, kn, attr):
+    packed = self._dnn(slot, w, extra, kn, attr)
+    if packed is None:
+        return None
+    return OPS["dnn"], (packed, bias, attr, [], "none" if attr == "gelu" else "")
+
+
+# method -> the maker of its call for PackedWeights.take: (self, slot, w, bias, extra, *how) -> (op, arguments
+# after the input) running what the method itself would, or None (the method's own path)
+MAKE_CALL = {"conv": _conv_call, "linear": _linear_call, "dnn_linear": _dnn_call}
+
+
+def _builtin(namespace: str, op: str):
+    """The op's default overload as the builtin its Python __call__ forwards to (no frame)."""
+    overload = getattr(getattr(getattr(torch.ops, namespace), op, None), "default", None)
+    return getattr(overload, "_op", overload)
+
+
+OPS = {"conv": _builtin("mkldnn", "_convolution_pointwise"), "mkl": _builtin("mkl", "_mkl_linear"),
+       "dnn": _builtin("mkldnn", "_linear_pointwise")}
+
+
+def take_spec(method: str, args: tuple) -> tuple:
+    """(bias, extra, how) of a packed call for PackedWeights.take, from the method's IR arguments
+    (after the slot): its bias, what its packed weight depends on besides the weight (as `_held`
+    keys it) and what making the call needs."""
+    if method == "conv":
+        x, _w, bias, padding, stride, dilation, groups = args
+        return bias, tuple(x.size), (tuple(padding), tuple(stride), tuple(dilation), groups)
+    x, _w, bias, kn, *attr = args
+    if method == "linear":
+        return bias, x.size[0], (kn,)
+    return bias, (), (kn, attr[0] if attr else "none")

@@ -29,7 +29,7 @@ from .aten_calls import op_table, python_binding, with_defaults  # noqa: F401 (o
 from .config import current
 from .errors import KernelRuntimeError
 from . import ir
-from .ir import Buffer, ExternKernel, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, hint, index_var
+from .ir import Buffer, ExternKernel, InputBuffer, IRNode, Reduction, ReinterpretView, SymbolicUnsupported, format_body, hint, index_var
 from .lowering import LOWERINGS
 from .scheduler import ExternNode, KernelGroup
 
@@ -117,6 +117,37 @@ class BufferPool:
         entries.append((storage, storage.data_ptr()))
         return out
 
+    def take(self, sites) -> list:
+        """This call's tensor for each pooled allocation `(size, stride, dtype, slot, nbytes)` in
+        order (wrapper.py's prologue): on its slot's kept storage where that storage is
+        unobservable now (as in empty_strided; the allocations of one arena slot share it, their
+        lifetimes being disjoint), else None, and that allocation calls empty_strided. Runs no
+        Python function per allocation: the prologue's reason."""
+        need, chosen, out = {}, {}, []
+        if not self._exact:   # a slot serves the largest of its allocations in this call
+            for _size, _stride, _dtype, slot, nbytes in sites:
+                need[slot] = max(need.get(slot, 0), nbytes)
+        with below_autograd():   # set_ below ADInplaceOrView: version 0, like a fresh tensor
+            for size, stride, dtype, slot, _nbytes in sites:
+                storage = chosen.get(slot, False)
+                if storage is False:
+                    storage = chosen[slot] = None
+                    least = need.get(slot, 0)
+                    for kept, ptr in self._slots[slot]:
+                        # 3 references while unobservable: the entry tuple, the loop variable, the argument
+                        if (getrefcount(kept) == 3 and _storage_use_count(kept._cdata) == 1
+                                and not getweakrefcount(kept) and kept.data_ptr() == ptr and kept.nbytes() >= least):
+                            storage = chosen[slot] = kept
+                            break
+                if storage is None:
+                    out.append(None)
+                    continue
+                new = self._empty.get(dtype)
+                if new is None:
+                    new = self._empty[dtype] = torch.empty(0, dtype=dtype).new
+                out.append(new().set_(storage, 0, size, stride))
+        return out
+
     def _on(self, storage, size, stride, dtype):
         new = self._empty.get(dtype)
         if new is None:
@@ -200,7 +231,9 @@ def pyexpr(x) -> str:
     """Python source for an extern call argument or a graph output."""
     if isinstance(x, ReinterpretView):
         lay = x.layout
-        return f"_as_strided({x.buffer.name}, {pysizes(lay.size)}, {pysizes(lay.stride)}, {pysize(lay.offset)})"
+        base = x.buffer.name   # torch.as_strided's offset is absolute: the view's is relative to its base's
+        return f"torch.as_strided({base}, {pysizes(lay.size)}, {pysizes(lay.stride)}, " \
+               f"{base}.storage_offset() + {pysize(lay.offset)})"
     if isinstance(x, sympy.Expr):
         return pysize(x)
     if isinstance(x, Buffer):
@@ -259,7 +292,7 @@ class WrapperCodegen:
         head = [f"# tdbg output code for graph {self.name}",
                 "# Run `python output_code.py` to time this graph on random inputs.",
                 "import torch", "from torch import empty_strided",
-                "from tdbg.compiler.wrapper import (BufferPool as _BufferPool, as_strided as _as_strided,",
+                "from tdbg.compiler.wrapper import (BufferPool as _BufferPool,",
                 "                                   below_autograd as _below_autograd, kernel_failed as _kernel_failed,",
                 "                                   kernel_recorder as _kernel_recorder, load_kernels, main as _main,",
                 "                                   op_table as _op_table, restride as _restride)",
@@ -312,6 +345,7 @@ class WrapperCodegen:
         for b in self.graph_inputs:
             if not hasattr(b, "constant"):
                 self._restride(b)
+        self._prologue()
         by_name = {k.group_index: k for k in self.kernels}
         for pos, item in enumerate(self.items):
             for name, reuse in self.plan.allocs[pos]:
@@ -371,6 +405,53 @@ class WrapperCodegen:
         if self.pool_slots:
             self.line(f"_pool = _BufferPool({pool_bytes}{', exact=False' if self.sizes else ''})", 1)
 
+    def _prologue(self):
+        """One call each to `_packed.take` and `_pool.take` for every packed weight and pooled
+        allocation whose sizes are known at the start, so that the graph's steady state calls no
+        Python function per op (their lines then use what these returned). Why: CPython 3.11 and
+        3.12 keep frames on a stack of 16 KiB chunks and free a chunk as soon as the frame at its
+        base returns, so a caller whose frame ends near a chunk's end maps and unmaps a chunk for
+        every Python function it calls (CPython issue 142183, fixed in 3.13.13 and 3.14.4). Whether
+        that happens depends on how deep the caller of the compiled model is: MobileNetV2 (52
+        convolutions, 53 pooled buffers) ran 208 mmap/munmap pairs a call from one call site, and
+        none one frame deeper."""
+        self.pool_sites = {}   # pooled buffer name -> its index in `_pool.take`'s list
+        sites = []
+        for pos, item in enumerate(self.items):
+            names = [n for n, reuse in self.plan.allocs[pos] if reuse is None] + \
+                    ([item.kernel.name] if isinstance(item, ExternNode) and item.kernel.name in self.out_variants else [])
+            for name in names:
+                lay = self.buffers[name].layout
+                exprs = (*lay.size, *lay.stride, lay.storage_numel())
+                if name in self.pool_slots and self._known(exprs):
+                    self.pool_sites[name] = len(sites)
+                    nbytes = pysize(lay.storage_numel() * lay.dtype.itemsize)
+                    sites.append(f"({pysizes(lay.size)}, {pysizes(lay.stride)}, {lay.dtype}, "
+                                 f"{self.pool_slots[name]}, {nbytes})")
+        self.packed_sites, specs = {}, []   # packed call -> its index in `_packed.take`'s list
+        for name, (slot, method, args) in self.packed.items():
+            bias, extra, how = prepack.take_spec(method, args)
+            if bias is None or isinstance(getattr(bias, "buffer", bias), InputBuffer):   # known at the start
+                self.packed_sites[name] = len(specs)
+                specs.append(f"({len(specs)}, {slot}, {method!r}, {self._expr(args[1])}, {self._expr(bias)}, "
+                             f"{self._source(extra)}, {self._source(how)})")
+        if specs:
+            self.line(f"_pk = _packed.take(({', '.join(specs)},))")
+        if sites:
+            self.line(f"_pl = _pool.take(({', '.join(sites)},))")
+
+    def _known(self, exprs) -> bool:
+        """Whether `exprs` use only sizes read at the start (no data-dependent one)."""
+        return all(isinstance(e, int) or sympy.sympify(e).free_symbols <= self._read for e in exprs)
+
+    def _source(self, value) -> str:
+        """Python source of a constant made of tuples, ints, sizes, bools and strings."""
+        if isinstance(value, tuple):
+            return "(" + ", ".join(map(self._source, value)) + ("," if len(value) == 1 else "") + ")"
+        if isinstance(value, (bool, str)) or value is None:
+            return repr(value)
+        return pysize(value)
+
     def _restride(self, b):
         stride = pysizes(b.layout.stride)
         if 0 in b.layout.size:   # an effect token may be no tensor at run time
@@ -386,8 +467,10 @@ class WrapperCodegen:
         if reuse is not None:
             self.line(f"{name} = {reuse}; del {reuse}  # reuse")
         elif name in self.pool_slots:
-            self.line(f"{name} = _pool.empty_strided({pysizes(lay.size)}, {pysizes(lay.stride)}, dtype={lay.dtype}, "
-                      f"slot={self.pool_slots[name]})")
+            fresh = f"_pool.empty_strided({pysizes(lay.size)}, {pysizes(lay.stride)}, dtype={lay.dtype}, " \
+                    f"slot={self.pool_slots[name]})"
+            i = self.pool_sites.get(name)
+            self.line(f"{name} = {fresh}" if i is None else f"{name} = {fresh} if _pl[{i}] is None else _pl[{i}]")
         else:
             self.line(f"{name} = empty_strided({pysizes(lay.size)}, {pysizes(lay.stride)}, dtype={lay.dtype})")
 
@@ -428,8 +511,10 @@ class WrapperCodegen:
 
     def _packed_call(self, kernel):
         slot, method, args = self.packed[kernel.name]
-        args = ", ".join(self._expr(a) for a in args)
-        self.line(f"{kernel.name} = _packed.{method}({slot}, {args})  # FX: {kernel.node.name} (packed weight)")
+        general = f"_packed.{method}({slot}, {', '.join(self._expr(a) for a in args)})"
+        j = self.packed_sites.get(kernel.name)
+        fast = f"_pk[{j}][0]({self._expr(args[0])}, *_pk[{j}][1]) if _pk[{j}] is not None else " if j is not None else ""
+        self.line(f"{kernel.name} = {fast}{general}  # FX: {kernel.node.name} (packed weight)")
         self._extern_outputs(kernel)
 
     def _size_checks(self):

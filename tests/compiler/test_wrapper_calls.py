@@ -61,10 +61,13 @@ def test_python_binding_verdicts(op, args, kwargs, out, expected):
     assert python_binding(op, args, kwargs, out=out) == expected
 
 
-def test_op_table_binds_the_builtin_or_keeps_the_overload():
+def test_op_table_binds_the_builtin_or_the_overloads_own():
     table = op_table("aten", {"mm.default": "mm", "mm.out": "mm", "index.Tensor": None})
     assert table.mm.default is torch.mm and table.mm.out is torch.mm
-    assert table.index.Tensor is aten.index.Tensor
+    # the builtin OpOverload.__call__ forwards to, called with no Python frame
+    assert table.index.Tensor is aten.index.Tensor._op and not hasattr(table.index.Tensor, "__code__")
+    x = torch.arange(6.0)
+    assert torch.equal(table.index.Tensor(x, [torch.tensor([4, 1])]), torch.tensor([4.0, 1.0]))
 
 
 def test_generated_calls_go_through_the_binding_and_match_eager():
@@ -86,12 +89,13 @@ def test_generated_calls_go_through_the_binding_and_match_eager():
 
 def test_view_offsets_are_relative_to_the_viewed_buffer():
     """A view at offset 8 of an input that itself starts 8 elements into its storage reads from
-    element 16 (the helper adds the input's offset); over a buffer the graph allocated (offset 0)
+    element 16 (the call adds the input's offset); over a buffer the graph allocated (offset 0)
     torch.as_strided takes the offset directly; at offset 0 it is left to as_strided."""
     base, w = torch.randn(5, 8), torch.randn(8, 5)
     x = base[1:]
     on_input = compile_fn(lambda x, w: torch.mm(x[1:], w), x, w)
-    assert "aten.mm.default(_as_strided(x_1, (3, 8), (8, 1), 8), w_1)" in on_input.source_code
+    assert "aten.mm.default(torch.as_strided(x_1, (3, 8), (8, 1), x_1.storage_offset() + 8), w_1)" \
+        in on_input.source_code
     torch.testing.assert_close(on_input(x, w), torch.mm(base[2:], w), rtol=0, atol=0)
     on_buffer = compile_fn(lambda x, w: torch.mm((x + 1)[1:], w), x, w)
     assert "aten.mm.default(torch.as_strided(buf0, (3, 8), (8, 1), 8), w_1)" in on_buffer.source_code
