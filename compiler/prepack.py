@@ -19,7 +19,9 @@ inputs and packs at run time:
   fp16 reorder for oneDNN (`dnn_linear`), whose packed weight serves every row count. A
   convolution needs float32, 2-d, not transposed, a channels_last input (what layout planning
   gives), a dense weight;
-- `PackedWeights.linear/dnn_linear/conv(slot, ...)` (called by output_code.py) packs on first use and again
+- `PackedWeights.take(specs)` (output_code.py's prologue: the op and arguments of each packed call,
+  a MAKE_CALL row per method) and `PackedWeights.linear/dnn_linear/conv(slot, ...)` (the general
+  path, where take has none) pack on first use and again
   whenever the weight is not the same tensor, storage or version as when packed (for a
   convolution also the input shape): every in-place write to the weight (an optimizer step,
   `load_state_dict`, `copy_` or `mul_` under no_grad) bumps its version. Writes through `w.data`
