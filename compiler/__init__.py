@@ -109,7 +109,7 @@ def _lower(c):
     c.graph = GraphLowering(c.gm, c.example_inputs, c.config)
     c.graph.run(*c.example_inputs)
     if c.trace:
-        from .wrapper import ir_pre_fusion
+        from .debug_files import ir_pre_fusion
         c.trace.write("ir_pre_fusion.txt", ir_pre_fusion(c.graph))
 
 
@@ -130,7 +130,7 @@ def _schedule(c):
     c.items, c.fusions = schedule(c.graph.operations, c.graph.graph_outputs, c.config)
     c.plan = plan_memory(c.items, c.graph.graph_inputs, c.graph.graph_outputs)
     if c.trace:
-        from .wrapper import ir_post_fusion
+        from .debug_files import ir_post_fusion
         c.trace.write("ir_post_fusion.txt", ir_post_fusion(c.items))
 
 
@@ -337,7 +337,7 @@ def _compile(aten_gm, example_inputs, config, graph_name, kind, trace, spec) -> 
     an ir.shape_scope on one with symbolic shapes."""
     c = Compilation(aten_gm, example_inputs, config, graph_name, kind, trace)
     if trace:
-        from .wrapper import write_graph_files
+        from .debug_files import write_graph_files
         write_graph_files(trace, aten_gm, example_inputs)
     from .trace import record_compilation, timed_stage
     from .torch_compat import unset_fake_temporarily
