@@ -370,7 +370,8 @@ def _conv_call(self, slot, w, bias, shape, padding, stride, dilation, groups):
 
 
 def _linear_call(self, slot, w, bias, rows, kn):
-    wt = w.t() if kn else w
+    # an alias, never `w` itself: the call is kept until `w` is freed, which holding `w` would prevent
+    wt = w.t() if kn else w.detach()
     packed = self._mkl(slot, w, rows, kn)
     if packed is not None:
         return OPS["mkl"], (packed, wt, bias, rows)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 
-from .torch_compat import tensor_version
+import torch
 
 MAX_ENTRIES = 256
 
@@ -34,11 +34,13 @@ class PerTensors:
         self.entries = {}
 
     def get(self, tensors, extra, make):
+        # A hit runs no Python function (nor generator step) per tensor: wrapper.py's prologue says
+        # why (a call per weight can map and unmap a frame-stack chunk per weight).
         ids = tuple(map(id, tensors))
-        key = (tuple((t.data_ptr(), tensor_version(t)) for t in tensors), extra)
+        inference = any(map(torch.Tensor.is_inference, tensors))   # no version: made every call
+        key = (tuple([(t.data_ptr(), None if inference else t._version) for t in tensors]), extra)
         entry = self.entries.get(ids)
-        if entry is None or entry[1] != key or any(r() is not t for r, t in zip(entry[0], tensors)) \
-                or any(v is None for _, v in key[0]):
+        if entry is None or inference or entry[1] != key or tuple([id(r()) for r in entry[0]]) != ids:
             refs = tuple(weakref.ref(t, self._dropper(ids)) for t in tensors)
             self.entries.pop(ids, None)
             if len(self.entries) >= MAX_ENTRIES:

@@ -97,3 +97,39 @@ def test_the_convolution_case_packs_and_pools_through_the_prologue():
     assert source.count("_packed.conv(") == 3 and "_packed.take((" in source and "_pool.take((" in source
     assert " if _pk[2] is not None else _packed.conv(2, " in source
     assert " if _pl[0] is None else _pl[0]" in source
+
+
+def test_a_weight_cache_hit_runs_no_python_function_per_tensor():
+    """PerTensors.get serves every call of a graph with hoisted weight values (hoist.py), once
+    per set of the graph's weights (MobileNetV2: 262 tensors)."""
+    from tdbg.compiler.weight_cache import PerTensors
+
+    def entered(n):
+        cache, tensors = PerTensors(), [torch.ones(2) for _ in range(n)]
+        cache.get(tensors, None, lambda: "made")
+        seen = []
+        sys.setprofile(lambda frame, event, arg: seen.append(frame.f_code.co_name) if event == "call" else None)
+        try:
+            assert cache.get(tensors, None, lambda: "made again") == "made"
+        finally:
+            sys.setprofile(None)
+        return seen
+
+    assert entered(64) == entered(1)
+
+
+def test_a_freed_weight_takes_its_packed_calls_with_it():
+    """PackedWeights.take keeps each call it made while its weight lives, and not longer."""
+    import gc
+    import weakref
+    _, fn, inputs, cfg = CASES[1]   # MKL linears: their calls carry an alias of the weight
+    gm = make_fx(fn, decomposition_table=decomposition_table(current()))(*inputs)
+    compiled = compile_aten(gm, list(inputs), current().replace(**cfg), kind="inference")
+    x, w1, b1, w2 = inputs
+    w1, w2 = w1.clone(), w2.clone()
+    compiled(x, w1, b1, w2)
+    freed = weakref.ref(w1)
+    compiled(x, randn(*w1.shape, seed=7), b1, w2)
+    del w1
+    gc.collect()
+    assert freed() is None
