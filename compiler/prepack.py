@@ -310,15 +310,8 @@ class PackedWeights:
         row count (repacked when `w` changed). When MKL's copy would exceed MAX_PACKED_RATIO:
         oneDNN's packed weight where a DNN_INSTEAD row holds, else plain addmm/mm (the graph's
         own op)."""
-        rows, wt = x.shape[0], (w.t() if kn else w)
-        packed = self._mkl(slot, w, rows, kn)
-        if packed is not None:
-            return torch.ops.mkl._mkl_linear(x, packed, wt, bias, rows)
-        # an inference tensor (no version) would be reordered on every call: plain addmm is cheaper
-        if any(rows >= r and wt.numel() >= n for r, n in DNN_INSTEAD) and tensor_version(w) is not None \
-                and _dnn_linear_available():
-            return self.dnn_linear(("dnn", slot), x, w, bias, kn)
-        return torch.mm(x, wt.t()) if bias is None else torch.addmm(bias, x, wt.t())
+        op, args = _linear_call(self, slot, w, bias, x.shape[0], kn)
+        return op(x, *args)
 
     def dnn_linear(self, slot: int, x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor],
                    kn: bool = False, attr: str = "none"):
@@ -326,19 +319,18 @@ class PackedWeights:
         count (a symbolic one included), then `attr` ("gelu": exact GELU, linear_gelu.py) as its
         post-op; in bf16/fp16 within one ulp of eager's addmm (the bits where eager's is oneDNN on
         the same layout)."""
-        packed = self._dnn(slot, w, (), kn, attr)
-        if packed is None:
+        call = _dnn_call(self, slot, w, bias, (), kn, attr)
+        if call is None:
             # an inference tensor would be reordered on every call: addmm and aten's GELU are cheaper
             return torch.nn.functional.gelu(torch.addmm(bias, x, w if kn else w.t()) if bias is not None
                                             else torch.mm(x, w if kn else w.t()))
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "none" if attr == "gelu" else "")
+        return call[0](x, *call[1])
 
     def conv(self, slot: int, x, w, bias, padding, stride, dilation, groups):
         """aten.convolution(x, w, bias, stride, padding, dilation, False, [0, 0], groups) through
         oneDNN on `w` reordered once into the blocked format it wants for x's shape."""
-        packed = self._conv(slot, w, tuple(x.shape), padding, stride, dilation, groups)
-        return torch.ops.mkldnn._convolution_pointwise(x, packed, bias, padding, stride, dilation, groups,
-                                                       "none", [], "")
+        op, args = _conv_call(self, slot, w, bias, tuple(x.shape), padding, stride, dilation, groups)
+        return op(x, *args)
 
     # the packed weight of each method; `take` calls these where its steady state does not hold
     def _mkl(self, slot, w, rows, kn):
@@ -375,8 +367,9 @@ def _linear_call(self, slot, w, bias, rows, kn):
     packed = self._mkl(slot, w, rows, kn)
     if packed is not None:
         return OPS["mkl"], (packed, wt, bias, rows)
+    # an inference tensor (no version) would be reordered on every call: plain addmm is cheaper
     if any(rows >= r and wt.numel() >= n for r, n in DNN_INSTEAD) and tensor_version(w) is not None \
-            and _dnn_linear_available():   # as PackedWeights.linear decides
+            and _dnn_linear_available():
         return _dnn_call(self, ("dnn", slot), w, bias, (), kn, "none")
     return torch.nn.functional.linear, (wt, bias)   # addmm(bias, x, wt.t()), or mm without a bias
 
