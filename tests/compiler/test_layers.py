@@ -34,7 +34,7 @@ LAYERS = (
     ("scheduling", ("merge_loops", "scheduler")),
     ("C++ code generation", ("codegen_loops", "codegen_segments", "codegen_reduction", "codegen_cpp")),
     ("output code and build", ("aten_calls", "prepack", "build", "wrapper")),
-    ("debug output", ("provenance", "trace")),
+    ("debug output", ("debug_files", "provenance", "trace")),
     ("the pipeline: compile_fx, compile_aten", (INIT,)),
 )
 # What the bottom modules import, exactly: logging, errors, the toolchain probe, torch access and
