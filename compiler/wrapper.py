@@ -412,7 +412,7 @@ class WrapperCodegen:
         Python function per op (their lines then use what these returned). Why: CPython 3.11 and
         3.12 keep frames on a stack of 16 KiB chunks and free a chunk as soon as the frame at its
         base returns, so a caller whose frame ends near a chunk's end maps and unmaps a chunk for
-        every Python function it calls (CPython issue 142183, fixed in 3.13.13 and 3.14.4). Whether
+        every Python function it calls (CPython issue 142183; its fix, one kept chunk, went to 3.13 and 3.14). Whether
         that happens depends on how deep the caller of the compiled model is: MobileNetV2 (52
         convolutions, 53 pooled buffers) ran 208 mmap/munmap pairs a call from one call site, and
         none one frame deeper."""
