@@ -101,18 +101,16 @@ class BufferPool:
         self._empty = {}                     # dtype -> bound `new` of an empty tensor
 
     def empty_strided(self, size, stride, dtype, slot):
-        entries = self._slots[slot]
         need = 0 if self._exact else _extent(size, stride) * dtype.itemsize
-        for storage, ptr in entries:
-            # 3 references while unobservable: the entry tuple, the loop variable, the argument
-            if (getrefcount(storage) == 3 and _storage_use_count(storage._cdata) == 1
-                    and not getweakrefcount(storage) and storage.data_ptr() == ptr and storage.nbytes() >= need):
-                return self._on(storage, size, stride, dtype)
+        kept = self.take(((size, stride, dtype, slot, need),))[0]
+        if kept is not None:
+            return kept
         out = torch.empty_strided(size, stride, dtype=dtype)
         storage = out.untyped_storage()
         if storage.nbytes() < self._nbytes[slot]:   # an arena slot sized for a larger buffer
             storage = torch.UntypedStorage(self._nbytes[slot])
             out = self._on(storage, size, stride, dtype)
+        entries = self._slots[slot]
         if len(entries) >= POOL_DEPTH:
             del entries[0]
         entries.append((storage, storage.data_ptr()))
