@@ -190,10 +190,14 @@ def _at_least(min_weight: int, min_rows: int):
     return lambda rows, n, k: rows >= min_rows and n * k >= min_weight
 
 
+WIDE_MAX_ROWS = 512
+
+
 def _wide(rows: int, n: int, k: int) -> bool:
     """Where oneDNN's packed weight beats MKL's off Intel: a vocabulary-sized output, or outputs
-    1.5 times as many as the inputs at up to 256 rows (measured below)."""
-    return rows >= MIN_ROWS and (n >= 8192 or rows <= 256 and 2 * n >= 3 * k and n * k >= 1 << 17)
+    1.5 times as many as the inputs at up to WIDE_MAX_ROWS rows (measured below)."""
+    return rows >= MIN_ROWS and (n >= 8192 or rows <= WIDE_MAX_ROWS and 2 * n >= 3 * k and n * k >= 1 << 17)
+
 
 
 # Which packed GEMM serves an inference linear: (dtype, row count, CPU vendors (Config.cpu_vendor),
@@ -208,8 +212,12 @@ def _wide(rows: int, n: int, k: int) -> bool:
 # rows [30522, 768] 0.72, [50257, 768] 0.60, [32000, 512] 0.65, [30522, 128] 0.61, [30000, 128]
 # 0.87; [2048, 512] 0.69, [1536, 512] 0.75, [768, 512] 0.77, [1024, 256] 0.88, [4096, 768] 0.91,
 # [3072, 768] 0.96; at 32 rows [3072, 768] 0.60, at 256 0.78; [30522, 768] at 8 rows 0.45, at 394
-# and 1024 0.83; but N <= K ([768, 3072] 0.97, [256, 1024] 1.08, [128, 512] 1.20) and 394 rows
-# ([3072, 768] 1.06, [768, 3072] 1.17) favour MKL.
+# and 1024 0.83; but N <= K ([768, 3072] 0.97, [256, 1024] 1.08, [128, 512] 1.20) favours MKL. At 394
+# rows one process gave [3072, 768] 1.06; on 2026-11-28, ten processes gave 0.77-1.10 (median 0.94)
+# and oneDNN's times spread far less than MKL's; in ViT-base (394 rows) routing its [2304, 768] and
+# [3072, 768] to oneDNN made the whole model 0.92x, 0.92x, 0.98x as long (one process each, both
+# copies interleaved; ConvNeXt-tiny, Swin-tiny and MobileViT-small, routed alike both ways, spread
+# 0.97-1.005x). At 512 rows it is even ([3072, 768] 1.02, 0.99; [2304, 768] 1.06, 1.07).
 LINEAR_PACKINGS = (
     (torch.float32, "static", ("amd",), "dnn_linear", _dnn_linear_available, _wide),
     (torch.float32, "static", CPU_VENDORS, "linear", mkl_available, _at_least(MIN_WEIGHT, MIN_ROWS)),

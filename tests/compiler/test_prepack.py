@@ -245,9 +245,11 @@ def test_each_linear_packing_row(row, rows, layout, cpu, monkeypatch):
 
 
 # (rows, N, K, method on an AMD CPU): a vocabulary-sized output at any row count, or outputs 1.5
-# times the inputs at up to 256 rows, run on oneDNN there; Intel's run every one on MKL
+# times the inputs at up to 512 rows (prepack.WIDE_MAX_ROWS), run on oneDNN there; Intel's run every
+# one on MKL
 WIDE_CASES = [(8, 8192, 64, "dnn_linear"), (600, 8192, 64, "dnn_linear"), (128, 768, 512, "dnn_linear"),
-              (256, 768, 512, "dnn_linear"), (257, 768, 512, "linear"), (128, 767, 512, "linear"),
+              (394, 768, 512, "dnn_linear"), (512, 768, 512, "dnn_linear"), (513, 768, 512, "linear"),
+              (394, 512, 768, "linear"), (128, 767, 512, "linear"),
               (128, 512, 768, "linear"), (128, 384, 256, "linear"), (7, 8192, 64, None)]
 
 
