@@ -199,7 +199,6 @@ def _wide(rows: int, n: int, k: int) -> bool:
     return rows >= MIN_ROWS and (n >= 8192 or rows <= WIDE_MAX_ROWS and 2 * n >= 3 * k and n * k >= 1 << 17)
 
 
-
 # Which packed GEMM serves an inference linear: (dtype, row count, CPU vendors (Config.cpu_vendor),
 # PackedWeights method, available, when(rows, N, K)). The first row whose every column holds serves;
 # none: plain addmm. MKL's packed weight serves one row count (repacked when it changes), oneDNN's
