@@ -147,6 +147,26 @@ def trace_repro(module):
     return _GraphReader(classes, forward.__globals__, filename, text).module(cls.__name__, module)
 
 
+# torch modules whose import registers ops that graphs hold but `import torch` does not define:
+# Inductor's decompositions put prims.fma in backward graphs (softmax's), its random passes
+# inductor_prims.*. Imported the first time a graph names a torch.ops op that is missing.
+OP_REGISTRARS = ("torch._inductor.inductor_prims",)
+_registrars_imported = []
+
+
+def register_more_ops():
+    """Import OP_REGISTRARS once; whether that was new (a missing op may be defined now)."""
+    if _registrars_imported:
+        return False
+    _registrars_imported.append(True)
+    for name in OP_REGISTRARS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    return True
+
+
 class _GraphReader:
     def __init__(self, classes, namespace, filename, text):
         self.classes, self.namespace, self.filename = classes, namespace, filename
@@ -228,6 +248,8 @@ class _GraphReader:
         try:
             return eval(compile(ast.Expression(expr), self.filename, "eval"), self.namespace, env)
         except Exception as e:
+            if ast.unparse(expr).startswith("torch.ops.") and register_more_ops():
+                return self.value(expr, env, stmt)
             self.fail(stmt or expr, f"cannot evaluate `{ast.unparse(expr)}`: {type(e).__name__}: {e}")
 
     def _name_of_next(self, body, i, base):
@@ -398,6 +420,14 @@ def uses_tdbg(spec):
     return backend["kind"] == "named" and not backend["name"].startswith("torch:")
 
 
+def uses_inductor(spec):
+    """Whether PyTorch's Inductor compiles the graph (torch:inductor whole, or its AOT stage's compiler)."""
+    backend = spec.get("backend") or {"kind": "named", "name": "inductor"}
+    if spec.get("after", "aot") == "aot":
+        return aot_of(spec)["family"] == "torch:inductor"
+    return backend["kind"] == "named" and backend["name"] == "torch:inductor"
+
+
 def aot_of(spec):
     """The AOT stage a graph was captured from (older files: tdbg's compiler, inference)."""
     return {"family": "tdbg", "graph": "inference", **(spec.get("aot") or {})}
@@ -453,6 +483,21 @@ FAMILIES_READING_META = ("tdbg", "torch:inductor")
 def compile_graph(gm, inputs, spec, folder):
     """A callable(*args) running `gm` compiled the way the spec says it failed: with symbolic
     sizes where spec["dynamic"] records them (`compile_symbolic`), else on these static shapes."""
+    with _inductor_scope(spec):
+        return _compile_graph(gm, inputs, spec, folder)
+
+
+def _inductor_scope(spec):
+    """PyTorch's Inductor set as the run that made the graph set it: random ops drawing eager's
+    numbers (fallback_random, recorded in the spec's config; runner._eager_random_numbers) where
+    that run compared with eager. Inductor decides it while compiling."""
+    if not (uses_inductor(spec) and (spec.get("config") or {}).get("fallback_random")):
+        return contextlib.nullcontext()
+    from torch._inductor import config as inductor_config
+    return inductor_config.patch(fallback_random=True)
+
+
+def _compile_graph(gm, inputs, spec, folder):
     dims = dynamic_dims(gm, spec)
     if dims:
         return compile_symbolic(gm, inputs, spec, folder, dims)
@@ -635,10 +680,14 @@ def evaluate(gm, inputs, spec, folder, accuracy):
 
 def _evaluate(gm, inputs, spec, folder, accuracy):
     gm, compiled_gm = snapshot(gm), gm   # eager (and its float64 twin) never run a backend's edit
+    rng = torch.get_rng_state()
     try:
         expected = gm(*fresh(inputs))
     except Exception as e:
         return exception_outcome("invalid", e)
+    # eager advanced the generator: the graph draws random numbers, and the compiled graph draws
+    # from the state eager started from (a backend told to draw eager's numbers draws the same)
+    draws = not torch.equal(torch.get_rng_state(), rng)
     with _config_scope(spec):
         try:
             compiled = compile_graph(compiled_gm, inputs, spec, folder)
@@ -647,14 +696,15 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
         except Exception as e:
             return exception_outcome("compile_error", e)
         try:
+            torch.set_rng_state(rng)
             actual = compiled(*fresh(inputs))
         except Exception as e:
             return exception_outcome("runtime_error", e)
     if spec.get("check_accuracy"):
-        found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy)]
+        found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy, draws)]
         if not found and spec.get("check_grads"):
             with _config_scope(spec):
-                found = _grad_mismatches(gm, inputs, compiled, spec, accuracy)
+                found = _grad_mismatches(gm, inputs, compiled, spec, accuracy, rng if draws else None)
         if found:
             return outcome("accuracy", message="\n".join(f"{m['output']}: {m['message']}" for m in found),
                            stage="accuracy", outputs=[m["output"] for m in found], mismatches=found)
@@ -662,6 +712,7 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
 
 
 def _config_scope(spec):
+    """tdbg's config differences the graph failed with, for the compile and the run."""
     if not uses_tdbg(spec):
         return contextlib.nullcontext()
     try:
@@ -670,27 +721,32 @@ def _config_scope(spec):
         return contextlib.nullcontext()   # compile_graph reports it
 
 
-def _mismatches(gm, inputs, expected, actual, spec, accuracy):
+def _mismatches(gm, inputs, expected, actual, spec, accuracy, draws=False):
+    """Outputs beyond tolerance of eager's and, unless the graph draws random numbers, of the
+    float64 reference's error (a float64 run draws other numbers: its error would excuse anything)."""
     opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp"))}
-    if not accuracy.compare(expected, actual, **opts):
-        return []
+    found = accuracy.compare(expected, actual, **opts)
+    if not found or draws:
+        return found
     return accuracy.compare(expected, actual, accuracy.fp64_reference(gm, fresh(inputs)), **opts)
 
 
-def _grad_mismatches(gm, inputs, compiled, spec, accuracy):
+def _grad_mismatches(gm, inputs, compiled, spec, accuracy, rng=None):
     """Gradients w.r.t. the inputs that require grad, of fixed random grad_outputs (seed 0),
     compiled vs eager autograd (float64 reference), each named `grad of NAME` (as tdbg run's
-    level-4 check names them): a backend whose backward is wrong fails here, not in forward."""
+    level-4 check names them): a backend whose backward is wrong fails here, not in forward.
+    `rng`: the graph draws random numbers; both forwards start from this generator state and
+    eager alone is the reference."""
     needs = [isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point() for x in inputs]
     if not any(needs):
         return []
-    actual = _grads(compiled, inputs, needs)
-    expected = _grads(gm, inputs, needs)
+    actual = _grads(compiled, inputs, needs, rng=rng)
+    expected = _grads(gm, inputs, needs, rng=rng)
     if actual is None or expected is None:
         return []
     opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp"))}
     found = accuracy.compare(expected, actual, **opts)
-    if found:
+    if found and rng is None:
         found = accuracy.compare(expected, actual, _grads(gm, inputs, needs, torch.float64), **opts)
     names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
     wanted = [f"grad of {name}" for name, need in zip(names, needs) if need]
@@ -698,8 +754,9 @@ def _grad_mismatches(gm, inputs, compiled, spec, accuracy):
             for m in found]
 
 
-def _grads(fn, inputs, needs, dtype=None):
-    """Gradients of sum(out * g) for fixed random g; None when no output is differentiable."""
+def _grads(fn, inputs, needs, dtype=None, rng=None):
+    """Gradients of sum(out * g) for fixed random g; None when no output is differentiable.
+    `rng`: the generator state the forward starts from."""
     import copy
     if dtype is not None:
         fn = copy.deepcopy(fn).to(dtype)
@@ -711,6 +768,8 @@ def _grads(fn, inputs, needs, dtype=None):
             x.requires_grad_(need)
         leaves.append(x)
     with torch.enable_grad():
+        if rng is not None:
+            torch.set_rng_state(rng)
         outs = fn(*leaves)
         outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
                 if isinstance(o, torch.Tensor) and o.requires_grad]

@@ -110,10 +110,12 @@ def snapshot(gm):
     return untouched_copy(gm)
 
 
+# true whichever backend ran: the check switches tdbg's compiler and Inductor to eager's stream
+# (runner._eager_random_numbers) and cannot switch a user's backend
 RANDOM_NOTE = ("This graph draws random numbers (its eager run advanced torch's generator). Eager and the "
-               "compiled graph started from the same generator state; a backend that draws its own random "
-               "numbers differs here by design: compare with its eager-stream mode (tdbg: TDBG_FALLBACK_RANDOM=1; "
-               "Inductor: torch._inductor.config.fallback_random = True).")
+               "compiled graph started from the same generator state, and tdbg's compiler and Inductor drew "
+               "eager's numbers (fallback_random): with them, this mismatch is not the random numbers. A backend "
+               "that draws its own random numbers differs here by design.")
 
 
 # -- the error ----------------------------------------------------------------------------------

@@ -169,17 +169,24 @@ class Replay:
         return str(b.get("name") or b.get("attr") or b.get("repr") or "the saved backend")
 
 
-def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str = "inference") -> tuple:
+def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str = "inference",
+                   eager_draws: bool = False) -> tuple:
     """(label, compile(gm, inputs) -> callable(*args), realizes) for `backend`: a backend name
     (backends.resolve), a resolved Backend, a `Replay`, or a per-graph aten compiler
     callable(gm, inputs). `realizes` is True when the compiler compiles aten graphs (then the
     realized-nodes trick works); a graph of kind "dynamo" and a backend with no AOT stage tdbg
-    can reach are compiled by the Dynamo backend itself (only outputs are observable)."""
+    can reach are compiled by the Dynamo backend itself (only outputs are observable).
+    `eager_draws`: random ops draw eager's numbers (tdbg's and Inductor's fallback_random)."""
     from tdbg.minifier.runs import backends
     from tdbg.minifier.runs.aot_capture import family_of, unboxed
+    if eager_draws:
+        from tdbg.compiler import config as tconfig
+        config = (config or tconfig.current()).replace(fallback_random=True)
     if isinstance(backend, Replay):
         from tdbg.repro_templates import runtime
         spec = dict(backend.spec, aot=dict(backend.spec.get("aot") or {}, graph=kind))
+        if eager_draws:
+            spec["config"] = dict(spec.get("config") or {}, fallback_random=True)
         realizes = kind != "dynamo" and spec.get("after", "aot") == "aot"
         # a Dynamo-level backend's result is called as Dynamo calls it: positional args (an
         # aot_autograd result carries a stale `_boxed_call`, see instrument.call_compiled)
@@ -192,8 +199,21 @@ def graph_compiler(backend: Any, *, config=None, name: str = "graph", kind: str 
     family = family_of(resolved)
     if kind != "dynamo" and family in ATEN_COMPILERS:
         fn = getattr(resolved, "compiler_fn", resolved)
-        return resolved.name, ATEN_COMPILERS[family](fn, config, name, kind), True
-    return resolved.name, (lambda gm, inputs: resolved.compiler_fn(gm, inputs)), False
+        compile_one, realizes = ATEN_COMPILERS[family](fn, config, name, kind), True
+    else:
+        compile_one, realizes = (lambda gm, inputs: resolved.compiler_fn(gm, inputs)), False
+    if eager_draws and family == "torch:inductor":
+        compile_one = _with_inductor_fallback_random(compile_one)
+    return resolved.name, compile_one, realizes
+
+
+def _with_inductor_fallback_random(compile_one):
+    """`compile_one` with Inductor's random ops drawing eager's numbers (decided while compiling)."""
+    def compile_eager_draws(gm, inputs):
+        from tdbg.minifier.runs.inductor_hooks import inductor_config
+        with inductor_config.patch(fallback_random=True):
+            return compile_one(gm, inputs)
+    return compile_eager_draws
 
 
 # -- running the graph node by node -------------------------------------------------------------
@@ -462,17 +482,25 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     failure of the backend propagates (it is not an accuracy verdict)."""
     seconds: dict = {}
     t0 = time.perf_counter()
-    label, compile_one, realizes = graph_compiler(backend, config=config, name=name, kind=kind)
     notes = []
     sources = dict(sources) if sources is not None else node_sources(gm)
     eager_inputs = _fresh(inputs)      # kept: a graph that writes into its inputs is judged there too
+    rng = torch.get_rng_state()        # every run starts here: random ops draw what eager drew
     eager_env, eager_out = run_nodes(gm, eager_inputs)
+    draws = not torch.equal(torch.get_rng_state(), rng)
+    label, compile_one, realizes = graph_compiler(backend, config=config, name=name, kind=kind, eager_draws=draws)
     try:
+        torch.set_rng_state(rng)
         ref_env, ref_out = run_nodes(gm, _fresh(inputs), fp64=True)
     except Exception as e:   # an op without float64 support: judge against eager alone, and say so
         ref_env, ref_out = {}, None
         notes.append(f"no float64 reference ({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); "
                      "errors are judged against eager alone")
+    if draws:   # a float64 run draws other numbers: what comes from random ops is judged against eager alone
+        ref_env, ref_out = _without_random(gm, ref_env, ref_out)
+        notes.append("the graph draws random numbers: each run started from eager's generator state, the "
+                     "compiler drawing eager's numbers (fallback_random); values computed from them are "
+                     "judged against eager alone")
     seconds["eager_and_reference"] = time.perf_counter() - t0
 
     if kind != "dynamo" and realizes:
@@ -484,6 +512,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     seconds["compile"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     compiled_inputs = _fresh(inputs)
+    torch.set_rng_state(rng)
     compiled_out = original(*compiled_inputs)
     seconds["run"] = time.perf_counter() - t1
     kernel = kernel_of(original)
@@ -503,6 +532,7 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
             debug = compile_one(debug_gm, _fresh(inputs))
             seconds["compile_realized"] = time.perf_counter() - t1
             t1 = time.perf_counter()
+            torch.set_rng_state(rng)
             values = list(debug(*_fresh(inputs)))[len(_flat_outputs(gm)):]
             seconds["run_realized"] = time.perf_counter() - t1
         except Exception as e:   # the original graph compiled and ran: its outputs still say something
@@ -523,6 +553,19 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
                              notes=notes, seconds=seconds)
     _decide(result)
     return result
+
+
+def _without_random(gm, ref_env: dict, ref_out) -> tuple:
+    """The float64 reference less every value computed from a random op (observed_nodes' taint)."""
+    tainted: set = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and (draws_random(node) or any(a in tainted for a in node.all_input_nodes)):
+            tainted.add(node)
+    env = {n: v for n, v in ref_env.items() if n not in tainted}
+    if ref_out is None:
+        return env, None
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    return env, map_arg(out_node.args[0], lambda n: None if n in tainted else env.get(n))
 
 
 def _flat_outputs(gm) -> list:

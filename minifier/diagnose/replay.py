@@ -130,8 +130,14 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
                                         "random streams may differ from eager's, so this mismatch need not be a bug")
 
 
+# recorded config fields another backend replays with too: random ops drew eager's numbers in the
+# saved run (its outputs are eager's draws), so any backend that can is told to draw them again
+CARRIED_CONFIG = ("fallback_random",)
+
+
 def spec_for(name: str, graph: SavedGraph) -> dict:
-    """The runtime.py spec compiling `graph` with backend `name` (default tdbg config): an aten
+    """The runtime.py spec compiling `graph` with backend `name` (default tdbg config but
+    CARRIED_CONFIG): an aten
     graph through the backend's own AOT stage when it is of the family that made the graph
     (its decompositions are the ones that backend expects), else given to the backend whole
     (which then runs its own AOTAutograd and decompositions on it). The saved spec's `dynamic`
@@ -144,7 +150,9 @@ def spec_for(name: str, graph: SavedGraph) -> dict:
         resolved = resolve(name, tdbg_config.from_env())
     except BackendError as e:
         raise SavedIOError(str(e)) from None
-    spec = {"backend": {"kind": "named", "name": name}, "config": {}}
+    recorded = graph.replay_spec.get("config") or {}
+    spec = {"backend": {"kind": "named", "name": name},
+            "config": {k: recorded[k] for k in CARRIED_CONFIG if k in recorded}}
     if graph.replay_spec.get("dynamic"):
         spec["dynamic"] = graph.replay_spec["dynamic"]
     family = aot_capture.family_of(resolved)
