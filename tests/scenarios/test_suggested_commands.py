@@ -51,6 +51,9 @@ def _suggested(tdbg_runs, name):
     commands = r.json["next_commands"]
     assert commands, f"{name}: a failure with nothing to run next"
     runs = [(command, *split(command)) for command in commands]
+    # a minify without --out writes ./tdbg_repro: in the run's temporary folder, not the checkout
+    runs = [(command, a + ("--out", "{tmp}/minified") if a[0] == "minify" and "--out" not in a else a, e)
+            for command, a, e in runs]
     tdbg_runs.start(*(((a, {**env, **e})) for _, a, e in runs))
     return [(command, tdbg_runs(a, {**env, **e}), a) for command, a, e in runs]
 
