@@ -534,7 +534,8 @@ def symbolic_inputs(inputs, dims):
     duck sizing merged equal sizes when the graph was made; sizes that became equal later, e.g.
     when the minifier shrank them, stay distinct). A dim or int input recorded as an expression
     of those symbols (a backward graph's `s21*s77`) is that expression of them (`_expression`);
-    other dims are static. `fakes` are what AOTAutograd passes its compilers; `examples` what
+    one recorded as an expression of symbols no input has alone (a kernel test's `2*s27`) is a
+    symbol of its own (sizes 0 and 1 static); other dims are static. `fakes` are what AOTAutograd passes its compilers; `examples` what
     Dynamo passes a backend: the real tensors (their fakes memoized in the mode, so a backend
     that fakeifies them again gets the symbolic ones) and SymInts for the int inputs. The
     ShapeEnv names its symbols itself (e.g. s45 for a recorded s77): the same symbols, not names."""
@@ -557,6 +558,11 @@ def symbolic_inputs(inputs, dims):
             cache = {}
             for k, (text, size) in enumerate(zip(recorded, value.shape)):
                 expr = _expression(text, made, env, size) if text else None
+                if expr is None and text and type(size) is int and size > 1:
+                    # an expression of symbols no input has alone (a backward's 2*s27): a symbol of
+                    # its own, shared by every dim recorded with the same text
+                    expr = made[text] = env.create_symbol(size, source=ConstantSource(f"input{i}_size{k}"),
+                                                          dynamic_dim=DimDynamic.DYNAMIC)
                 if expr is not None:
                     cache[TensorPropertySource(source, TensorProperty.SIZE, k).name] = expr
             context = StatefulSymbolicContext(

@@ -281,10 +281,12 @@ def _reach(start, step) -> set:
     return seen
 
 
-def subgraph(gm, nodes, values: dict, through=()):
-    """(fx.GraphModule of `nodes`, input names, output names). Inputs: tensors made outside;
-    a plain value made outside (an int size) is written in as a constant. Outputs: the nodes
-    used outside `nodes`, except the views in `through` (views of inputs, not the kernel's)."""
+def subgraph(gm, nodes, values: dict, through=(), symbolic=()):
+    """(fx.GraphModule of `nodes`, input names, output names). Inputs: tensors made outside, and
+    int sizes made outside whose node is in `symbolic` (a size of the symbolic graph, e.g. a
+    view's 2*s27: a constant would pin the symbols when the test compiles symbolic); another plain
+    value made outside is written in as a constant. Outputs: the nodes used outside `nodes`, except
+    the views in `through` (views of inputs, not the kernel's)."""
     import torch
     graph, env, inputs = torch.fx.Graph(), {}, []
     chosen = set(nodes)
@@ -293,7 +295,7 @@ def subgraph(gm, nodes, values: dict, through=()):
         if a in env:
             return env[a]
         value = values[a.name]
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) or (type(value) is int and a.name in symbolic):
             env[a] = graph.placeholder(a.name)
             inputs.append(a.name)
             return env[a]
@@ -323,7 +325,7 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
     if not nodes:
         return None, "none of its nodes can be computed alone (only random draws)"
     try:
-        sub, input_names, output_names = subgraph(gm, nodes, values, through)
+        sub, input_names, output_names = subgraph(gm, nodes, values, through, symbols or {})
     except ValueError as e:
         return None, f"no test: {e}"
     if not output_names:
@@ -333,6 +335,9 @@ def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_d
         out = []
         for n in names_:
             t = values[n]
+            if type(t) is int:     # a symbolic size: (name, None, its value, None, "int")
+                out.append((n, None, t, None, "int"))
+                continue
             data = tensor_bytes(t)
             sha = hashlib.sha256(data).hexdigest()
             tensors.setdefault(sha, data)

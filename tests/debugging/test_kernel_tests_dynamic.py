@@ -12,6 +12,7 @@ on the healthy compiler and fails under an injected tanh bug. The slow case runs
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,9 +30,9 @@ def f(x, w):
     return (h * 2 + 1).sum(dim=1)
 
 
-def _save_symbolic_graph(folder) -> str:
-    """The aten inference graph of `f` compiled with x's rows symbolic, saved at 100 rows; the
-    saved graph's name."""
+def _save_symbolic_graph(folder, fn=f, x_shape=(100, 8), dim=0) -> str:
+    """The aten inference graph of `fn` compiled with x's dim `dim` symbolic (default: f, x's rows,
+    saved at 100 rows); the saved graph's name."""
     from tdbg.compiler import compile_aten, make_backend
     from tdbg.minifier.artifacts.saved_io import Writer
     captured = []
@@ -45,10 +46,10 @@ def _save_symbolic_graph(folder) -> str:
         return run
     torch._dynamo.reset()
     torch.manual_seed(0)
-    x = torch.randn(100, 8)
-    torch._dynamo.mark_dynamic(x, 0)      # x's rows symbolic, the rest static
+    x = torch.randn(*x_shape)
+    torch._dynamo.mark_dynamic(x, dim)      # that dim symbolic, the rest static
     with torch.no_grad():
-        torch.compile(f, backend=make_backend(tconfig.current(), inner_compile=compile_one))(x, torch.randn(8, 4))
+        torch.compile(fn, backend=make_backend(tconfig.current(), inner_compile=compile_one))(x, torch.randn(8, 4))
     gm, kind, inputs = captured[0]
     expected = list(gm(*inputs))
     writer = Writer(str(folder), {"backend": "inductor", "after": "aot"})
@@ -82,6 +83,26 @@ def test_a_symbolic_graphs_kernel_test_compiles_with_its_symbols(tmp_path, monke
     monkeypatch.setenv("TDBG_INJECT_BUG", "tanh:accuracy")   # the symbolic compile reads the environment
     with pytest.raises(AssertionError, match=f"kernel {result.tests[0].kernel} of {name} .* differs from eager"):
         _run_written(result.files[0])
+
+
+def flat_tanh(x, w):
+    h = torch.tanh(x.reshape(x.shape[0] * x.shape[1], 8))   # read through a view to [2*s, 8]
+    return torch.tanh(h @ w).sum(dim=0)     # mm's value is [2*s, 4]
+
+
+def test_sizes_computed_from_the_symbols_stay_symbolic_in_kernel_tests(tmp_path):
+    """A view to [2*s, 8] reads a size node of the symbolic graph: written in as a constant (64) it
+    pinned s when the test compiled symbolic; a tensor input of [2*s, 4] with no input holding s
+    alone compiled static. Such kernel tests failed ("reached tdbg's compiler without its symbolic
+    sizes": 76 of 184 for a BERT training step); now the size is an int input and 2*s a symbol."""
+    _save_symbolic_graph(tmp_path / "io", flat_tanh, (2, 32, 8), 1)
+    result = write_kernel_tests(str(tmp_path / "io"), str(tmp_path / "kt"))
+    assert result.skipped == [] and len(result.tests) == 2
+    texts = [open(path).read() for path in result.files]
+    assert [bool(re.search(r"None, 64, None, 'int'\)", t)) for t in texts].count(True) == 1
+    assert [bool(re.search(r"DYNAMIC = \{'mm': \('2\*s\d+', None\)\}", t)) for t in texts].count(True) == 1
+    for path in result.files:
+        _run_written(path)
 
 
 def test_node_symbols_use_the_saved_names_and_expressions():
