@@ -535,9 +535,10 @@ def symbolic_inputs(inputs, dims):
     when the minifier shrank them, stay distinct). A dim or int input recorded as an expression
     of those symbols (a backward graph's `s21*s77`) is that expression of them (`_expression`);
     one recorded as an expression of symbols no input has alone (a kernel test's `2*s27`) is a
-    symbol of its own (sizes 0 and 1 static); other dims are static. `fakes` are what AOTAutograd passes its compilers; `examples` what
-    Dynamo passes a backend: the real tensors (their fakes memoized in the mode, so a backend
-    that fakeifies them again gets the symbolic ones) and SymInts for the int inputs. The
+    symbol of its own (sizes 0 and 1 static); other dims are static. `fakes` are what
+    AOTAutograd passes its compilers; `examples` what Dynamo passes a backend: the real tensors
+    (their fakes memoized in the mode, so a backend that fakeifies them again gets the symbolic
+    ones) and SymInts for the int inputs. The
     ShapeEnv names its symbols itself (e.g. s45 for a recorded s77): the same symbols, not names."""
     from torch._dynamo.source import ConstantSource, LocalSource, TensorProperty, TensorPropertySource
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -295,17 +295,19 @@ def observed_nodes(gm, eager_env: dict) -> tuple:
     """(nodes compared, count of skipped random nodes and their users): call_function nodes with a
     tensor value, except mutating ops (their value is an input's storage) and anything computed
     from a random op (the compiled RNG stream need not match eager's)."""
-    tainted: set = set()
-    chosen = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if draws_random(node) or any(a in tainted for a in node.all_input_nodes):
-            tainted.add(node)
-            continue
-        if isinstance(eager_env.get(node), torch.Tensor) and not _is_mutating(node):
-            chosen.append(node)
+    tainted = random_tainted(gm)
+    chosen = [n for n in gm.graph.nodes if n.op == "call_function" and n not in tainted
+              and isinstance(eager_env.get(n), torch.Tensor) and not _is_mutating(n)]
     return chosen, len(tainted)
+
+
+def random_tainted(gm) -> set:
+    """The call_function nodes that draw random numbers or are computed from one that does."""
+    tainted: set = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and (draws_random(node) or any(a in tainted for a in node.all_input_nodes)):
+            tainted.add(node)
+    return tainted
 
 
 def realized_graph(gm, nodes) -> torch.fx.GraphModule:
@@ -556,11 +558,8 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
 
 
 def _without_random(gm, ref_env: dict, ref_out) -> tuple:
-    """The float64 reference less every value computed from a random op (observed_nodes' taint)."""
-    tainted: set = set()
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and (draws_random(node) or any(a in tainted for a in node.all_input_nodes)):
-            tainted.add(node)
+    """The float64 reference less every value computed from a random op (random_tainted)."""
+    tainted = random_tainted(gm)
     env = {n: v for n, v in ref_env.items() if n not in tainted}
     if ref_out is None:
         return env, None
