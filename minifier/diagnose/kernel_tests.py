@@ -18,8 +18,9 @@ each saved aten graph (kind forward, backward or inference):
 How a kernel's node set becomes a graph (`kernel_nodes`): the kernel's own nodes, plus the view
 nodes between two of them (a view of a fused value read back inside the same kernel) and the
 chains of view nodes it reads through (so the kernel indexes its input buffers as it did in the
-full graph); a getitem of a tuple made outside is an input, the getitems of a tuple made inside
-are outputs. Nodes that draw random numbers are never computed by a test (eager's draws cannot
+full graph), and the fills it reads (full, zeros, arange: made from constants and sizes alone),
+made again in the test because a lowering may depend on its operand being made in the graph; a
+getitem of a tuple made outside is an input, the getitems of a tuple made inside are outputs. Nodes that draw random numbers are never computed by a test (eager's draws cannot
 be reproduced): their eager values are inputs, and the file says so.
 
 A saved graph with symbolic sizes (its placeholders carry the recorded symbols, saved_io's
@@ -31,7 +32,8 @@ constant (it specializes that symbol in the test's graph).
 
 A healthy compiler passes every test; a compiler bug in one op fails the tests of exactly the
 kernels that compute that op, whatever the other kernels do, because each test starts from
-eager's values. Graphs of kind "dynamo" (a backend with no AOT stage saved its Dynamo graph)
+eager's values (a fill is made again in the tests of the kernels that read it, so a bug in a fill
+fails those too). Graphs of kind "dynamo" (a backend with no AOT stage saved its Dynamo graph)
 have no tdbg kernels to split by: they are listed in `KernelTests.skipped`, as is a graph tdbg
 cannot compile. Files are never overwritten: an existing test file is refused before anything is
 written, an existing tensor file is kept only when its bytes match its name.
@@ -245,9 +247,20 @@ def _is_view(node) -> bool:
                                            or getattr(target, "__name__", "").split(".")[0] in _VIEW_LIKE)
 
 
-def kernel_nodes(gm, names) -> tuple:
-    """(the nodes a kernel's test computes, in graph order; the views among them it only reads
-    its inputs through; [(node, why)] left to eager)."""
+def _is_fill(node, values: dict) -> bool:
+    """A call that makes a tensor from constants and sizes alone (full, zeros, arange), drawing
+    nothing: its eager value is a tensor and its inputs' are plain numbers (sizes)."""
+    import torch
+    from tdbg.minifier.diagnose.same_draws import draws_random
+    return (node.op == "call_function" and isinstance(values.get(node.name), torch.Tensor)
+            and not draws_random(node)
+            and all(type(values.get(a.name)) in (int, float, bool) for a in node.all_input_nodes))
+
+
+def kernel_nodes(gm, names, values: dict) -> tuple:
+    """(the nodes a kernel's test computes, in graph order; those among them it only reads
+    through, never outputs: views of its inputs, fills it reads (_is_fill); [(node, why)] left to
+    eager). `values`: each node's eager value, by name."""
     from tdbg.minifier.diagnose.same_draws import draws_random
     by_name = {n.name: n for n in gm.graph.nodes}
     own = [by_name[n] for n in names if by_name.get(n) is not None and by_name[n].op == "call_function"]
@@ -259,8 +272,11 @@ def kernel_nodes(gm, names) -> tuple:
     below = _reach(chosen, lambda n: n.users)
     above = _reach(chosen, lambda n: n.all_input_nodes)
     chosen |= {n for n in below & above if n.op == "call_function" and not draws_random(n)}
+    # fills made from constants alone (a zero fill an index_put accumulates into) are made again
+    # in the test: a lowering may depend on its operand being made in the graph (an input there
+    # would send index_put_accumulate to aten, leaving the test no kernel to check)
+    through: set = {a for n in chosen for a in n.all_input_nodes if a not in chosen and _is_fill(a, values)}
     # chains of views the kernel reads through: the kernel indexes their base buffers
-    through: set = set()
     frontier = [a for n in chosen for a in n.all_input_nodes if a not in chosen and _is_view(a)]
     while frontier:
         v = frontier.pop()
@@ -286,7 +302,7 @@ def subgraph(gm, nodes, values: dict, through=(), symbolic=()):
     int sizes made outside whose node is in `symbolic` (a size of the symbolic graph, e.g. a
     view's 2*s27: a constant would pin the symbols when the test compiles symbolic); another plain
     value made outside is written in as a constant. Outputs: the nodes used outside `nodes`, except
-    the views in `through` (views of inputs, not the kernel's)."""
+    the nodes in `through` (views of inputs and fills it reads, not the kernel's)."""
     import torch
     graph, env, inputs = torch.fx.Graph(), {}, []
     chosen = set(nodes)
@@ -321,7 +337,7 @@ def subgraph(gm, nodes, values: dict, through=(), symbolic=()):
 def _render(gm, values, graph_name, kind, kernel, names, sources, tensors, out_dir, context, symbols=None):
     """(KernelTest, file text), or (None, why not). `symbols`: node_symbols of the graph."""
     from tdbg.minifier.artifacts.graph_io import imports_for, module_source, tensor_bytes
-    nodes, through, not_tested = kernel_nodes(gm, names)
+    nodes, through, not_tested = kernel_nodes(gm, names, values)
     if not nodes:
         return None, "none of its nodes can be computed alone (only random draws)"
     try:

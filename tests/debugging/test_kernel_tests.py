@@ -151,6 +151,41 @@ def test_a_test_whose_nodes_all_fall_back_to_aten_fails_as_checking_nothing(writ
                                                   "this test checks nothing"}
 
 
+
+def embedding_sum(idx, w):
+    return (torch.nn.functional.embedding(idx, w, padding_idx=0) * 2).sum()
+
+
+def test_a_kernel_reading_a_zero_fill_makes_the_fill_again_and_checks_its_kernel(tmp_path):
+    """The embedding backward's index_put accumulates into a zero fill made in the graph; read as
+    an input instead, the test's graph sent the op to aten and failed as checking nothing (BERT's
+    training step, 1 of 184 tests)."""
+    torch.manual_seed(0)
+    graphs = _capture(embedding_sum, torch.randint(0, 10, (4, 6)), torch.randn(10, 8, requires_grad=True))
+    written = write_tests(graphs, str(tmp_path / "kt"), {"script": "test_kernel_tests.py"})
+    scatter = [t for t in written.tests if t.ops == ["_unsafe_masked_index_put_accumulate", "full", "unsqueeze"]]
+    assert len(scatter) == 1
+    spec = importlib.util.spec_from_file_location("kt_scatter", scatter[0].path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert [row[0] for row in module.INPUTS] == ["bitwise_and_1", "primals_1", "mul_1"]   # the fill is made, not read
+    assert "full = torch.ops.aten.full.default([10, 8], 0" in open(scatter[0].path).read()
+    assert set(_run_in_process(written).values()) == {None}
+    assert len(written.tests) == 4
+
+
+def dropout_sum(x, w):
+    return (torch.nn.functional.dropout(torch.tanh(x @ w), 0.5, training=True) * 3).sum()
+
+
+def test_a_kernel_reading_a_random_draw_gets_eagers_draw_as_an_input(tmp_path):
+    """The dropout's getitem is read, never made again (only plain sizes make a fill)."""
+    torch.manual_seed(0)
+    graphs = _capture(dropout_sum, torch.randn(8, 16), torch.randn(16, 12, requires_grad=True))
+    written = write_tests(graphs, str(tmp_path / "kt"), {"script": "test_kernel_tests.py"})
+    assert written.skipped == []
+    assert [t.ops for t in written.tests] == [["tanh"], ["mul", "sum"], ["expand", "mul", "native_dropout_backward", "sub"]]
+    assert set(_run_in_process(written).values()) == {None}
 def test_folder_is_relocatable_and_a_changed_tensor_file_fails(written, tmp_path):
     moved = str(tmp_path / "moved")
     shutil.copytree(written.out_dir, moved)
