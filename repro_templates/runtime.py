@@ -677,9 +677,10 @@ def evaluate(gm, inputs, spec, folder, accuracy):
     """Run `gm` eagerly and compiled per `spec`: the outcome dict (never raises for graph failures).
 
     `accuracy` provides compare/fp64_reference (tdbg's accuracy module, or repro.py's copy). An
-    aten graph (after aot) runs without autograd, as AOTAutograd runs its compiled graphs."""
+    aten graph (after aot) runs without autograd, as AOTAutograd runs its compiled graphs; a
+    Dynamo graph in the program's grad mode at the call (spec grad_enabled, default on)."""
     start = time.perf_counter()
-    with torch.no_grad() if spec.get("after", "aot") == "aot" else contextlib.nullcontext():
+    with torch.no_grad() if spec.get("after", "aot") == "aot" else torch.set_grad_enabled(spec.get("grad_enabled", True)):
         result = _evaluate(gm, inputs, spec, folder, accuracy)
     result["seconds"] = time.perf_counter() - start
     return result
@@ -688,8 +689,9 @@ def evaluate(gm, inputs, spec, folder, accuracy):
 def _evaluate(gm, inputs, spec, folder, accuracy):
     gm, compiled_gm = snapshot(gm), gm   # eager (and its float64 twin) never run a backend's edit
     rng = torch.get_rng_state()
+    eager_in, actual_in = fresh(inputs), fresh(inputs)   # each run's inputs, its in-place changes kept
     try:
-        expected = gm(*fresh(inputs))
+        expected = gm(*eager_in)
     except Exception as e:
         return exception_outcome("invalid", e)
     # eager advanced the generator: the graph draws random numbers, and the compiled graph draws
@@ -704,11 +706,12 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
             return exception_outcome("compile_error", e)
         try:
             torch.set_rng_state(rng)
-            actual = compiled(*fresh(inputs))
+            actual = compiled(*actual_in)
         except Exception as e:
             return exception_outcome("runtime_error", e)
     if spec.get("check_accuracy"):
-        found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy, draws)]
+        found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy, draws)
+                 + _in_place_mismatches(gm, inputs, eager_in, actual_in, spec, accuracy, draws)]
         if not found and spec.get("check_grads"):
             with _config_scope(spec):
                 found = _grad_mismatches(gm, inputs, compiled, spec, accuracy, rng if draws else None)
@@ -736,6 +739,41 @@ def _mismatches(gm, inputs, expected, actual, spec, accuracy, draws=False):
     if not found or draws:
         return found
     return accuracy.compare(expected, actual, accuracy.fp64_reference(gm, fresh(inputs)), **opts)
+
+
+def _in_place_mismatches(gm, inputs, eager_in, actual_in, spec, accuracy, draws=False):
+    """The inputs eager or the compiled graph changed in place (a BatchNorm's running statistics),
+    each named `NAME (changed in place)` as tdbg run's check names them: eager's copy after its
+    run against the compiled run's, judged as outputs are (float64 reference unless it draws)."""
+    changed = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)
+               and not (same_bits(x, eager_in[i]) and same_bits(x, actual_in[i]))]
+    if not changed:
+        return []
+    names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    labels = [f"{names[i] if i < len(names) else f'input {i}'} (changed in place)" for i in changed]
+    expected, actual = [eager_in[i].detach() for i in changed], [actual_in[i].detach() for i in changed]
+    opts = {"tolerance": spec.get("tolerance"), "ignore_non_fp": bool(spec.get("ignore_non_fp")), "names": labels}
+    found = accuracy.compare(expected, actual, **opts)
+    if not found or draws:
+        return found
+    import copy
+    inputs64 = accuracy.to_fp64(fresh(inputs))
+    try:
+        with torch.no_grad():
+            copy.deepcopy(gm).to(torch.float64)(*inputs64)
+    except Exception:   # a graph that cannot run in float64 is judged against eager alone
+        return found
+    return accuracy.compare(expected, actual, [inputs64[i] for i in changed], **opts)
+
+
+def same_bits(x, y):
+    """Bit for bit, NaNs included."""
+    x, y = x.detach(), y.detach()
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.is_floating_point():
+        return torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0))
+    return torch.equal(x, y)
 
 
 def _grad_mismatches(gm, inputs, compiled, spec, accuracy, rng=None):
@@ -952,7 +990,8 @@ def _child(namespace, out_path):
 
 
 class _Accuracy:
-    """compare/fp64_reference from the repro file's copy of tdbg's accuracy module."""
+    """compare/fp64_reference/to_fp64 from the repro file's copy of tdbg's accuracy module."""
 
     def __init__(self, namespace):
         self.compare, self.fp64_reference = namespace["compare"], namespace["fp64_reference"]
+        self.to_fp64 = namespace["to_fp64"]

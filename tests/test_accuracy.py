@@ -326,3 +326,54 @@ def test_gradients_of_a_random_graph_are_judged_with_the_same_draws_reference():
     assert wrong.forward == []
     [m] = wrong.backward
     assert m.output == "grad of l_x_"
+
+
+def _mutates(x, stats):
+    stats.mul_(0.9).add_(x.mean(0), alpha=0.1)   # a running statistic, as BatchNorm keeps
+    return x * 2
+
+
+def test_an_input_the_compiled_call_leaves_unchanged_is_a_mismatch_named_by_input():
+    """A backend that drops an in-place update (PyTorch #195422: aot_eager and Inductor drop
+    `y += y` when y is dropout(x, training=False), i.e. x) fails the forward check, named after
+    the input: outputs alone matched, and tdbg run said OK."""
+    snap = snapshot(_traced(_mutates))
+    x, stats = torch.randn(8, 3), torch.zeros(3)
+    [m] = check_call(lambda a, s: a * 2, snap, [x, stats]).forward
+    assert m.output == "stats (changed in place)" and m.shape == (3,)
+    assert m.message.startswith("max abs error")
+
+
+def test_inputs_changed_in_place_as_eager_does_pass_and_the_users_inputs_hold_the_compiled_change():
+    snap = snapshot(_traced(_mutates))
+    x, stats = torch.randn(8, 3), torch.zeros(3)
+    compiled = lambda a, s: (s.copy_(0.9 * s + 0.1 * a.mean(0)), a * 2)[1]   # noqa: E731 - another rounding order
+    assert check_call(compiled, snap, [x, stats]).forward == []
+    assert torch.allclose(stats, 0.1 * x.mean(0))
+    # a change eager does not make is a mismatch too, and NaNs left as they were are no change
+    nan = torch.tensor([float("nan"), 1.0])
+    [m] = check_call(lambda a: a.add_(1) * 0, snapshot(_traced(lambda a: a * 0)), [nan]).forward
+    assert m.output == "a (changed in place)"
+    assert check_call(lambda a: a * 0, snapshot(_traced(lambda a: a * 0)), [nan.clone()]).forward == []
+
+
+def test_repro_runtime_judges_inputs_changed_in_place_and_runs_in_the_recorded_grad_mode(tmp_path):
+    """runtime.evaluate (minifier queries, repro.py): the same in-place judgement, and a Dynamo
+    graph compiled under the grad mode of the program's call (spec grad_enabled), so a graph
+    called under no_grad reaches the backend as an inference graph, as it did in the program."""
+    import importlib
+
+    from tdbg.minifier.diagnose import accuracy
+    from tdbg.repro_templates import runtime
+    (tmp_path / "drops_update_backend.py").write_text(
+        "import torch\nMODES = []\n\n\ndef drops_update(gm, example_inputs):\n"
+        "    MODES.append(torch.is_grad_enabled())\n    return lambda a, s: (a * 2,)\n")
+    gm = _traced(lambda a, s: (_mutates(a, s),))
+    spec = {"after": "dynamo", "check_accuracy": True, "check_grads": False, "grad_enabled": False,
+            "backend": {"kind": "import", "module": "drops_update_backend", "attr": "drops_update",
+                        "root": str(tmp_path)}}
+    inputs = [torch.randn(8, 3, requires_grad=True), torch.zeros(3)]
+    result = runtime.evaluate(gm, inputs, spec, str(tmp_path), accuracy)
+    assert (result["kind"], result["outputs"]) == ("accuracy", ["s (changed in place)"])
+    assert importlib.import_module("drops_update_backend").MODES == [False]
+    assert torch.equal(inputs[1], torch.zeros(3))   # the runs changed copies

@@ -114,11 +114,15 @@ class _Dumper:
     # ------------------------------------------------------------ dumping
     def spec(self, snap=None) -> dict:
         from tdbg.minifier.reduce.oracle import backend_spec, config_fields
+        import torch
+        grad = torch.is_grad_enabled()   # the program's, at the call (or the compile it made)
         spec = {"after": self.after, "config": config_fields(self.config),
                 "check_accuracy": self.level == 4, "tolerance": None, "ignore_non_fp": False,
                 # level 4 checks gradients too when the dynamo graph builds an autograd graph
-                "check_grads": self.level == 4 and self.after == "dynamo",
+                "check_grads": self.level == 4 and self.after == "dynamo" and grad,
                 "backend": backend_spec(self.backend, getattr(self.backend, "name", None))}
+        if self.after == "dynamo":
+            spec["grad_enabled"] = grad   # under no_grad AOTAutograd makes an inference graph
         if self.after == "aot":
             spec["aot"] = {"family": self.family, "graph": self.graphs.get(id(snap), "forward")}
             if self.family == "tdbg" and spec["aot"]["graph"] == "inference" and self.static_inputs.get(id(snap)):

@@ -66,7 +66,7 @@ def render(name: str, dump: Dump) -> str:
         "config": _literal(spec.get("config", {})), "needs": _needs(spec),
         "accuracy_source": _source("tdbg.minifier.diagnose", "accuracy.py"),
         "runtime_source": _source("tdbg.repro_templates", "runtime.py"),
-        "check": _literal({k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}),
+        "check": _literal(_check(spec)),
         "expected": _literal(dump.expected),
         "inputs": _inputs_literal(dump.case.inputs),
         "constants": _inputs_literal(dump.case.constants),
@@ -356,6 +356,14 @@ def load(path: str) -> Dump:
     with open(path) as f:
         exec(compile(f.read(), path, "exec", dont_inherit=True), namespace)
     return from_namespace(path, namespace)
+
+
+def _check(spec: dict) -> dict:
+    """The file's CHECK: how results are compared, and the grad mode a Dynamo graph runs under."""
+    check = {k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}
+    if "grad_enabled" in spec:
+        check["grad_enabled"] = spec["grad_enabled"]
+    return check
 
 
 def from_namespace(path: str, ns: dict) -> Dump:

@@ -7,8 +7,10 @@ and the level-4 dumper (artifacts/dump.py):
                       may edit Dynamo's GraphModule in place; the reference must not run their edit)
   CallPolicy          which calls are checked: the first few of each graph, then every call with
                       an input signature not checked before, at most a bound per graph
-  check_call(...)     run the user's call through the compiled callable and judge it: outputs vs
-                      eager on the snapshot (float64 reference, diagnose.accuracy.compare); when
+  check_call(...)     run the user's call through the compiled callable and judge it: outputs,
+                      and the inputs either side changed in place (a BatchNorm's running
+                      statistics), vs eager on the snapshot (float64 reference,
+                      diagnose.accuracy.compare); when
                       inputs require grad and outputs are differentiable, gradients too (compiled
                       vs eager autograd on cloned leaves, fixed random grad_outputs, float64
                       reference). The user's autograd graph, RNG state and inputs see exactly one
@@ -18,6 +20,7 @@ and the level-4 dumper (artifacts/dump.py):
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -25,6 +28,7 @@ from typing import Any, Callable, Optional
 from tdbg.compiler.errors import TdbgError
 from tdbg.minifier.runs.names import source_line
 
+IN_PLACE = " (changed in place)"   # suffix of a mutated input's name in mismatches
 DEFAULT_FIRST_CALLS = 3          # every graph's first calls are checked whatever their inputs
 DEFAULT_NEW_SIGNATURES = 100     # later calls with a new input signature, at most this many
 GRAD_OUTPUT_SEED = 0             # grad_outputs are random, but the same for compiled and eager
@@ -133,7 +137,9 @@ class AccuracyError(TdbgError):
         self.graph, self.call, self.part = graph, call, part
         self.mismatches = list(mismatches)
         self.places = {m.output: (places or {}).get(m.output) or {} for m in self.mismatches}
-        what = "gradients differ from eager autograd" if part == "backward" else "outputs differ from eager"
+        in_place = all(m.output.endswith(IN_PLACE) for m in self.mismatches)
+        what = ("gradients differ from eager autograd" if part == "backward" else
+                "inputs it changes in place differ from eager" if in_place else "outputs differ from eager")
         lines = [f"  {m.output} ({m.dtype}{list(m.shape)}): {m.message}" for m in self.mismatches]
         super().__init__(f"compiled graph {graph} ({part}), call {call}: {what}:\n" + "\n".join(lines)
                          + (f"\n{RANDOM_NOTE}" if draws_random else ""))
@@ -179,9 +185,10 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     rng = torch.get_rng_state()
     before = _clones(args)
     wants_grads = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    eager_args = _clones(before)   # after the run: the inputs as eager's in-place ops left them
     try:
         with torch.no_grad():
-            expected = snap(*_clones(before))
+            expected = snap(*eager_args)
     except Exception as e:  # the reference cannot run: the call goes on unchecked, and says so
         torch.set_rng_state(rng)
         return CallCheck(call(compiled, args), [], [], False, f"eager failed on the graph: {type(e).__name__}: {e}",
@@ -200,6 +207,7 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
         reference = same_draws_reference(snap, _clones(before), eager_end) if draws \
             else fp64_reference(snap, _clones(before))
         forward = compare(expected, _detach(actual), reference)
+    forward += _changed_in_place(snap, before, eager_args, args, rng if not draws else None)
     backward, checked, note = [], False, None
     if wants_grads and not forward and _differentiable(actual):
         needs = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
@@ -209,6 +217,34 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
             note = f"eager autograd failed on the graph: {e}"
     torch.set_rng_state(after)
     return CallCheck(actual, forward, backward, checked, note, draws_random=draws)
+
+
+def _changed_in_place(snap, before: list, eager_args: list, args: list, rng) -> list:
+    """Mismatches of the tensor inputs that eager or the compiled call changed in place (a
+    BatchNorm's running statistics, an `x.add_(1)`), named `NAME (changed in place)`: eager's
+    copies after its run against the user's inputs after the compiled call. A float64 run from
+    `rng` (None: the graph draws random numbers, no reference) judges a float mismatch."""
+    import torch
+    from tdbg.minifier.diagnose.accuracy import compare, to_fp64
+    from tdbg.repro_templates.runtime import same_bits
+    names = input_names(snap, len(args))
+    changed = [i for i, (b, e, a) in enumerate(zip(before, eager_args, args)) if isinstance(b, torch.Tensor)
+               and isinstance(a, torch.Tensor) and not (same_bits(b, e) and same_bits(b, a))]
+    if not changed:
+        return []
+    labels = [names[i] + IN_PLACE for i in changed]
+    expected, actual = [eager_args[i] for i in changed], [args[i].detach() for i in changed]
+    found = compare(expected, actual, names=labels)
+    if not found or rng is None:
+        return found
+    torch.set_rng_state(rng)
+    inputs64 = to_fp64(_clones(before))
+    try:
+        with torch.no_grad():
+            copy.deepcopy(snap).to(torch.float64)(*inputs64)
+    except Exception:   # a graph that cannot run in float64 is judged against eager alone
+        return found
+    return compare(expected, actual, [inputs64[i] for i in changed], names=labels)
 
 
 class EagerFailed(Exception):
@@ -297,9 +333,10 @@ def _readable(source: str) -> str:
 
 # -- where a mismatch comes from ----------------------------------------------------------------
 def places(gm, is_user_file: Callable[[str], bool]) -> dict:
-    """{"out[i]" or "grad of NAME": {"source", "fx_node"}} for `gm`: an output's producing node
-    and its user line (the op's own line, not the call site); an input's gradient, the first
-    node reading the input that has a user line (else the first reader)."""
+    """{"out[i]", "grad of NAME" or "NAME (changed in place)": {"source", "fx_node"}} for `gm`:
+    an output's producing node and its user line (the op's own line, not the call site); an
+    input's gradient or in-place change, the first node reading the input that has a user line
+    (else the first reader)."""
     from tdbg.minifier.diagnose.accuracy import flatten
     found = {}
     nodes = list(gm.graph.nodes)
@@ -315,6 +352,7 @@ def places(gm, is_user_file: Callable[[str], bool]) -> dict:
         r, line = next(((r, s) for r, s in with_line if s), (readers[0], None) if readers else (None, None))
         if r is not None:
             found[f"grad of {name}"] = {"source": line, "fx_node": r.name}
+            found[f"{name}{IN_PLACE}"] = found[f"grad of {name}"]
     return found
 
 

@@ -14,6 +14,8 @@ RUNS = {
     "175966": (("run", f"{S}/issue_175966_int64_arange.py"), {}),
     # Inductor's scheduler raises a plain ValueError on a NaN constant while compiling
     "188225": (("run", f"{S}/issue_188225_nan_amax.py"), {}),
+    # an in-place change of the input through dropout's identity return is dropped (outputs right)
+    "195422": (("run", f"{S}/issue_195422_dropout_alias.py"), {}),
 }
 
 
@@ -48,6 +50,25 @@ def test_an_inductor_scheduler_crash_is_stage_scheduling(runs):
     err = r.json["verdict"]["error"]
     assert (err["stage"], err["during"], err["message"]) == (
         "scheduling", "compile", "ValueError: The argument 'nan' is not comparable.")
+
+
+def test_an_input_change_the_compiled_graph_drops_is_found_and_minified(runs, tdbg_runs, tmp_path_factory):
+    """Outputs alone matched here (tdbg run said OK); the input x eager changed in place is
+    compared too, and minify after dynamo keeps the failure through repro.py."""
+    r = runs("195422")
+    assert r.code == exit_code("accuracy"), r.output
+    err = r.json["verdict"]["error"]
+    assert (err["part"], err["graph"], err["call"], err["fx_node"]) == ("forward", 0, 1, "y")
+    [m] = err["evidence"]["mismatches"]
+    assert (m["output"], m["max_abs_error"]) == ("x (changed in place)", 1.0)
+    assert "inputs it changes in place differ from eager" in err["message"]
+    out = tmp_path_factory.mktemp("m195422") / "out"
+    mini = tdbg_runs(("minify", f"{S}/issue_195422_dropout_alias.py", "--after", "dynamo", "--level", "4",
+                      "--backend", "torch:aot_eager", "--out", str(out)), {})
+    assert mini.code == 0, mini.output
+    check = mini.json["repro_check"]
+    assert (check["code"], check["reproduced"]) == (exit_code("accuracy"), True)
+    assert check["lines"][0] == "Reproduced: accuracy mismatch in l_x_ (changed in place)"
 
 
 def _raised_in(path: str, function: str) -> BaseException:
