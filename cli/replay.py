@@ -61,7 +61,8 @@ def render(docs: list, codes: list) -> None:
             err = doc["max_abs_error"]
             worst = (f", max abs error {err:.3g}" + (" (bit-identical)" if err == 0 else "")) if err is not None else ""
             c.print(f"[bold green]OK[/] {escape(doc['graph'])} ({doc['kind']}): backend {escape(common.backend_label(doc['backend']))}, "
-                    f"{doc['outputs']} output(s) match the saved eager outputs{worst}, {doc['seconds']:.1f} s")
+                    f"{doc['outputs']} output(s){_and_in_place(doc)}{worst}, "
+                    f"{doc['seconds']:.1f} s")
             _row(c, "config", _config_text(doc.get("config")))
             _row(c, "symbolic sizes", doc.get("symbolic_sizes"))
             continue
@@ -83,3 +84,9 @@ def render(docs: list, codes: list) -> None:
 def _config_text(config) -> str:
     """The recorded tdbg config differences the replay compiled with (e.g. an injected bug)."""
     return ", ".join(f"{k}={v}" for k, v in sorted((config or {}).items()))
+
+
+def _and_in_place(doc: dict) -> str:
+    n = doc.get("in_place") or 0
+    return (f" and {n} input(s) changed in place match the saved eager values" if n
+            else " match the saved eager outputs")

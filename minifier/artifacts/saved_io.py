@@ -17,6 +17,9 @@ Written by `tdbg run --save-io DIR` (runs/instrument.py IOSaver calls `Writer`),
                            "dynamic", the inputs' symbolic sizes, for a graph that had them),
                            "tolerances",
                            "rng_state": record of torch's CPU RNG state before the call,
+                           "in_place": [{"input": index, "expected": record, "compiled": record |
+                           null}] for each tensor input eager or the backend changed in place
+                           (values after the call; absent in folders of older tdbg versions),
                            "timing": a diagnose/timing.Timing record {"median_s", "min_s", "q1_s",
                            "q3_s", "samples", "times_s" (after warm-up), "warmup_calls",
                            "calls_per_sample", "busy_share", "noisy" (why it cannot be compared, or
@@ -136,10 +139,21 @@ class SavedGraph:
     source: str = ""
     rng_state: Any = None      # torch's CPU RNG state the saved call started from (random ops replay alike)
     _inputs: list = field(default_factory=list, repr=False)
+    # [(input index, eager's value after its run, the compiled call's or None)] for the inputs
+    # either side changed in place (a BatchNorm's running statistics)
+    in_place: list = field(default_factory=list)
 
     @property
     def inputs(self) -> list:
         return fresh(self._inputs)
+
+    def inputs_after(self, compiled: bool = False) -> list:
+        """The inputs as the saved eager run (or the compiled call) left them: fresh copies, with
+        the values recorded after the call for those changed in place."""
+        out = self.inputs
+        for i, eager, comp in self.in_place:
+            out[i] = comp if compiled else eager
+        return out
 
     @property
     def replay_spec(self) -> dict:
@@ -253,13 +267,18 @@ def load_graph(path: str, name: Optional[str] = None) -> SavedGraph:
         compiled = (None if meta.get("compiled") is None else
                     [read_value(folder, r, f"{where} compiled output") for r in meta["compiled"]])
         rng_state = None if not meta.get("rng_state") else read_value(folder, meta["rng_state"], where)
+        in_place = [(int(r["input"]), read_value(folder, r["expected"], f"{where} input changed in place"),
+                     None if r.get("compiled") is None else read_value(folder, r["compiled"], where))
+                    for r in meta.get("in_place") or ()]
     except (KeyError, TypeError) as e:
         raise SavedIOError(f"{meta_path} lacks {e}; the saved graph is damaged.") from None
     placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     if placeholders != len(inputs):
         raise SavedIOError(f"{source_path} takes {placeholders} inputs but {meta_path} lists {len(inputs)}.")
+    if any(not 0 <= i < len(inputs) for i, _, _ in in_place):
+        raise SavedIOError(f"{meta_path} names an input changed in place that the graph does not take.")
     return SavedGraph(name, meta.get("kind", ""), folder, gm, expected, compiled,
-                      dict(meta.get("node_sources") or {}), meta, source, rng_state, inputs)
+                      dict(meta.get("node_sources") or {}), meta, source, rng_state, inputs, in_place)
 
 
 def _mark_dynamic(gm, dynamic) -> None:
@@ -310,7 +329,7 @@ class Writer:
 
     def add(self, *, kind: str, graph: int, call: int, gm, inputs: list, expected: Optional[list],
             compiled: Optional[list], compiled_error: Optional[str], node_sources: dict, replay: dict,
-            signature: str, rng_state=None) -> str:
+            signature: str, rng_state=None, in_place: tuple = ()) -> str:
         """Save one graph call (gm: the graph as compiled; inputs as given to it); its name."""
         from tdbg.minifier.artifacts.graph_io import TensorStore, case_source, dynamic_table, from_graph_module
         from tdbg.minifier.diagnose.accuracy import TOLERANCES
@@ -332,7 +351,10 @@ class Writer:
                 "nodes": [n.name for n in case.gm.graph.nodes if n.op != "output"], "node_sources": node_sources, "replay": replay,
                 "tolerances": {str(k).replace("torch.", ""): list(v) for k, v in TOLERANCES.items()},
                 "timing": None,
-                "rng_state": None if rng_state is None else write_value(folder, "rng_state", rng_state)}
+                "rng_state": None if rng_state is None else write_value(folder, "rng_state", rng_state),
+                "in_place": [{"input": i, "expected": write_value(folder, f"in[{i}]", e),
+                              "compiled": None if c is None else write_value(folder, f"in[{i}]", c)}
+                             for i, e, c in in_place]}
         with open(os.path.join(folder, GRAPH_SOURCE), "w") as f:
             f.write(source)
         self.metas[name] = meta

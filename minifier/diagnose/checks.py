@@ -207,7 +207,7 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
         reference = same_draws_reference(snap, _clones(before), eager_end) if draws \
             else fp64_reference(snap, _clones(before))
         forward = compare(expected, _detach(actual), reference)
-    forward += _changed_in_place(snap, before, eager_args, args, rng if not draws else None)
+    forward += changed_in_place(snap, before, eager_args, args, rng if not draws else None)
     backward, checked, note = [], False, None
     if wants_grads and not forward and _differentiable(actual):
         needs = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
@@ -219,7 +219,7 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     return CallCheck(actual, forward, backward, checked, note, draws_random=draws)
 
 
-def _changed_in_place(snap, before: list, eager_args: list, args: list, rng) -> list:
+def changed_in_place(snap, before: list, eager_args: list, args: list, rng) -> list:
     """Mismatches of the tensor inputs that eager or the compiled call changed in place (a
     BatchNorm's running statistics, an `x.add_(1)`), named `NAME (changed in place)`: eager's
     copies after its run against the user's inputs after the compiled call. A float64 run from

@@ -10,6 +10,8 @@ in the same order). For each pair:
               diagnose/accuracy.compare with A in eager's place); always, each run's compiled
               outputs against its own eager outputs. With different inputs (an upstream graph
               changed what it hands on) A and B are not compared directly, and the diff says so.
+              The inputs a call changed in place (saved after it) are compared the same ways,
+              named `NAME (changed in place)`.
   timing      when both folders have timings (`--save-io DIR --profile`): the median compiled
               call time of each and a verdict (diagnose/timing.compare_times): `slower` or
               `faster` only when the medians are `slower_ratio` apart, the middle halves of the
@@ -105,14 +107,13 @@ def diff_graph(a: SavedGraph, b: SavedGraph, slower_ratio: float = DEFAULT_SLOWE
         what = (f"{d.nodes[0]} -> {d.nodes[1]} nodes" if d.nodes[0] != d.nodes[1] else
                 "the same op counts, different graph" if not (d.ops_added or d.ops_removed) else "other ops")
         d.reasons.append(f"structure changed ({what})")
-    d.a_vs_eager = _judge(a.expected, a.compiled, a)
-    d.b_vs_eager = _judge(b.expected, b.compiled, b)
+    d.a_vs_eager, d.b_vs_eager = (_judge(g.expected, g.compiled, g, _in_place_vs_eager(g)) for g in (a, b))
     if d.b_vs_eager and not d.a_vs_eager:
         d.reasons.append("B's compiled outputs differ from B's eager outputs (A's matched): "
                          + ", ".join(m["output"] for m in d.b_vs_eager))
     d.inputs_match = a.input_shas == b.input_shas
     if d.inputs_match and a.compiled is not None and b.compiled is not None:
-        d.a_vs_b = _judge(a.compiled, b.compiled, a)
+        d.a_vs_b = _judge(a.compiled, b.compiled, a, _in_place_a_vs_b(a, b))
         if d.a_vs_b:
             d.reasons.append("compiled outputs changed beyond tolerance on the same inputs: "
                              + ", ".join(m["output"] for m in d.a_vs_b))
@@ -129,9 +130,9 @@ def op_counts(graph: SavedGraph) -> Counter:
     return Counter(str(n.target) for n in graph.gm.graph.nodes if n.op == "call_function")
 
 
-def _judge(expected: list, actual: Optional[list], graph: SavedGraph) -> Optional[list]:
-    """Mismatches (dicts) of `actual` against `expected`, a float64 run of `graph` as reference;
-    None when there is no `actual` (the compiled call failed)."""
+def _judge(expected: list, actual: Optional[list], graph: SavedGraph, in_place: list = ()) -> Optional[list]:
+    """Mismatches (dicts) of `actual` against `expected`, a float64 run of `graph` as reference,
+    then the `in_place` ones; None when there is no `actual` (the compiled call failed)."""
     from tdbg.minifier.diagnose.accuracy import compare, fp64_reference
     if actual is None:
         return None
@@ -140,7 +141,31 @@ def _judge(expected: list, actual: Optional[list], graph: SavedGraph) -> Optiona
     if found and not any(draws_random(n) for n in graph.gm.graph.nodes):
         # a float64 run of a graph that draws random numbers draws other ones: no reference then
         found = compare(expected, actual, fp64_reference(graph.gm, graph.inputs))
-    return [m.to_dict() for m in found]
+    return [m.to_dict() for m in [*found, *in_place]]
+
+
+def _in_place_vs_eager(graph: SavedGraph) -> list:
+    """Mismatches of the inputs the compiled call left otherwise than eager (checks.changed_in_place)."""
+    import torch
+
+    from tdbg.minifier.diagnose.checks import changed_in_place
+    if graph.compiled is None or not graph.in_place:
+        return []
+    return changed_in_place(graph.gm, graph.inputs, graph.inputs_after(), graph.inputs_after(compiled=True),
+                            torch.get_rng_state())
+
+
+def _in_place_a_vs_b(a: SavedGraph, b: SavedGraph) -> list:
+    """Mismatches of B's inputs after the compiled call against A's (same inputs given)."""
+    from tdbg.minifier.diagnose.accuracy import compare
+    from tdbg.minifier.diagnose.checks import IN_PLACE, input_names
+    changed = sorted({i for i, _, _ in (*a.in_place, *b.in_place)})
+    if not changed:
+        return []
+    names = input_names(a.gm, len(a.meta.get("inputs") or ()))
+    after_a, after_b = a.inputs_after(compiled=True), b.inputs_after(compiled=True)
+    return compare([after_a[i] for i in changed], [after_b[i] for i in changed],
+                   names=[names[i] + IN_PLACE for i in changed])
 
 
 def _timing(a: SavedGraph, b: SavedGraph, slower_ratio: float) -> Optional[dict]:

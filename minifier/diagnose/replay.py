@@ -35,6 +35,7 @@ class Replay:
     status: str = "ok"                 # ok | failed
     stage: Optional[str] = None        # a stage of console.EXIT_CODES when failed
     outputs: int = 0
+    in_place: int = 0                  # inputs the saved eager run changed in place, compared too
     max_abs_error: Optional[float] = None   # over float outputs vs the saved eager outputs
     mismatches: list = field(default_factory=list)
     error: Optional[dict] = None
@@ -103,11 +104,12 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
                     return _failed(result, graph, _stage(e, name), e, "compile")
         if graph.rng_state is not None:   # the saved call's RNG state: random ops draw what they drew
             torch.set_rng_state(graph.rng_state)
+        ran_on = graph.inputs   # after the call: what the backend changed in place
         try:
-            actual = [v for _, v in flatten(compiled(*graph.inputs))]
+            actual = [v for _, v in flatten(compiled(*ran_on))]
         except Exception as e:
             return _failed(result, graph, _stage(e, name), e, "run")
-    result.outputs = len(graph.expected)
+    result.outputs, result.in_place = len(graph.expected), len(graph.in_place)
     result.max_abs_error = _max_error(graph.expected, actual)
     found = compare(graph.expected, actual)
     from tdbg.minifier.diagnose.same_draws import draws_random
@@ -115,19 +117,37 @@ def _run(graph: SavedGraph, name: str, recorded: bool, result: Replay, inputs: l
     if found and not random_ops:
         # a float64 run of a graph that draws random numbers draws other ones: no reference then
         found = compare(graph.expected, actual, fp64_reference(graph.gm, graph.inputs))
+    found += _in_place_mismatches(graph, ran_on, not random_ops)
     if found:
         result.status, result.stage = "failed", "accuracy"
         result.mismatches = [m.to_dict() for m in found]
         nodes = _output_nodes(graph)
         fx = [nodes.get(m.output) for m in found if nodes.get(m.output)]
         result.error = {"type": "AccuracyError", "during": "run",
-                        "message": f"graph {graph.name}: outputs differ from the saved eager outputs:\n" +
+                        "message": f"graph {graph.name}: {_differ(found)}:\n" +
                                    "\n".join(f"  {m.output} ({m.dtype}{list(m.shape)}): {m.message}" for m in found),
                         "fx_node": ", ".join(dict.fromkeys(fx)) or None,
                         "source": next((graph.node_sources.get(n) for n in fx if graph.node_sources.get(n)), None)}
         if random_ops:
             result.error["message"] += (f"\nthe graph draws random numbers ({', '.join(random_ops)}): a backend's own "
                                         "random streams may differ from eager's, so this mismatch need not be a bug")
+
+
+def _differ(found: list) -> str:
+    from tdbg.minifier.diagnose.checks import IN_PLACE
+    return ("inputs it changes in place differ from the saved eager values"
+            if all(m.output.endswith(IN_PLACE) for m in found) else "outputs differ from the saved eager outputs")
+
+
+def _in_place_mismatches(graph: SavedGraph, ran_on: list, referenced: bool) -> list:
+    """The inputs the saved eager run or this replay changed in place, eager's saved values
+    after the call against the replay's (checks.changed_in_place; float64 reference when
+    `referenced`)."""
+    import torch
+
+    from tdbg.minifier.diagnose.checks import changed_in_place
+    rng = torch.get_rng_state() if referenced else None
+    return changed_in_place(graph.gm, graph.inputs, graph.inputs_after(), ran_on, rng)
 
 
 # recorded config fields another backend replays with too: random ops drew eager's numbers in the

@@ -557,6 +557,20 @@ def _stderr_silenced():
         os.close(null)
 
 
+def _in_place(before: list, eager_in: list, args: Optional[list]) -> list:
+    """[(input index, eager's value after its run, the compiled call's (None: it failed))] for the
+    tensor inputs that either side changed in place."""
+    import torch
+
+    from tdbg.repro_templates.runtime import same_bits
+    out = []
+    for i, b in enumerate(before):
+        a = args[i] if args is not None and isinstance(args[i], torch.Tensor) else None
+        if isinstance(b, torch.Tensor) and not (same_bits(b, eager_in[i]) and (a is None or same_bits(b, a))):
+            out.append((i, eager_in[i], None if a is None else a.detach().clone()))
+    return out
+
+
 class IOSaver:
     """`tdbg run --save-io DIR`: the backend to run, with every graph it compiles saved at each call
     with a new input signature (checks.signature): real inputs, eager's outputs on the graph as it
@@ -652,10 +666,11 @@ class IOSaver:
         from tdbg.minifier.diagnose.accuracy import flatten
         from tdbg.minifier.diagnose.checks import _clones
         before = _clones(args)
+        eager_in = _clones(before)   # eager's in-place changes land here
         rng = torch.get_rng_state()
         try:
             with torch.no_grad():
-                expected = [v for _, v in flatten(snap(*_clones(before)))]
+                expected = [v for _, v in flatten(snap(*eager_in))]
         except Exception as e:  # eager cannot run the graph: nothing to save as its truth
             torch.set_rng_state(rng)
             self.writer.skip(kind, index, call, f"eager failed on the graph: {type(e).__name__}: {e}")
@@ -666,11 +681,12 @@ class IOSaver:
             actual = compiled(*args)
         except BaseException as e:
             self._write(kind, index, call, snap, before, expected, None, f"{type(e).__name__}: {e}", replay, sig, saved,
-                        rng)
+                        rng, _in_place(before, eager_in, None))
             raise
         seconds = time.perf_counter() - start
         outputs = [v.detach() if isinstance(v, torch.Tensor) else v for _, v in flatten(actual)]
-        name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved, rng)
+        name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved, rng,
+                           _in_place(before, eager_in, args))
         if name and self.profile:
             self.first_call_s[name] = seconds
             if self.after == "aot":
@@ -713,10 +729,11 @@ class IOSaver:
                 times.setdefault(match.group(1), []).append(event.cpu_time_total / 1e6)
         return times
 
-    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved, rng):
+    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved, rng, in_place):
         try:
             name = self.writer.add(kind=kind, graph=index, call=call, gm=snap, inputs=inputs, expected=expected,
                                    compiled=compiled, compiled_error=error, replay=replay, signature=sig, rng_state=rng,
+                                   in_place=in_place,
                                    node_sources={n.name: node_source(n, is_user_file) for n in snap.graph.nodes
                                                  if n.op.startswith("call_") and node_source(n, is_user_file)})
         except Exception as e:  # the user's run goes on; the manifest says what was not saved

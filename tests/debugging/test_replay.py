@@ -113,3 +113,57 @@ def test_random_ops_replay_their_saved_draws_and_never_pass_by_a_float64_referen
     graph.rng_state = None
     result = replay(graph, "eager")
     assert result.stage == "accuracy" and "the graph draws random numbers (aten.bernoulli_" in result.error["message"]
+
+
+def _running_stat(x, s):
+    torch.ops.aten.copy_.default(s, s * 0.9 + x.mean(0) * 0.1)   # an aten graph's in-place update
+    return (x * 2,)
+
+
+def drops_copies(gm, example_inputs):
+    """A backend that forgets the graph's in-place copies into its inputs (outputs still right)."""
+    graph, env = torch.fx.Graph(), {}
+    for n in gm.graph.nodes:
+        if n.target is not torch.ops.aten.copy_.default:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    return torch.fx.GraphModule(gm, graph).forward
+
+
+def test_inputs_changed_in_place_are_saved_replayed_and_diffed(tmp_path):
+    """A saved call records the inputs it changed in place (eager's and the compiled values after
+    it); replay compares them like outputs, so a backend that drops the update fails where the
+    outputs alone matched, and diff sees a run whose compiled call dropped it."""
+    import json
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tdbg.minifier.artifacts.saved_io import Writer
+    from tdbg.minifier.diagnose.diff import diff_graph
+    from tdbg.minifier.runs.instrument import _in_place
+    x, s = torch.randn(6, 3), torch.randn(3)
+    gm = make_fx(_running_stat)(x, s.clone())
+    before, eager_in, args = [x, s], [x.clone(), s.clone()], [x.clone(), s.clone()]
+    expected = list(gm(*eager_in))
+    compiled = list(gm(*args))
+    in_place = _in_place(before, eager_in, args)
+    assert [i for i, _, _ in in_place] == [1]
+    for folder, dropped in (("a", False), ("b", True)):
+        writer = Writer(str(tmp_path / folder), {"backend": "eager", "script": "s.py", "after": "aot", "threads": 1})
+        writer.add(kind="inference", graph=0, call=1, gm=gm, inputs=before, expected=expected, compiled=compiled,
+                   compiled_error=None, node_sources={}, replay={}, signature="s",
+                   in_place=[(1, in_place[0][1], s if dropped else in_place[0][2])])
+    graph = load_graph(str(tmp_path / "a"), "g0_inference_c1")
+    ok = replay(graph, "eager")
+    assert (ok.status, ok.outputs, ok.in_place) == ("ok", 1, 1)
+    bad = replay(graph, f"{os.path.abspath(__file__)}:drops_copies")
+    assert (bad.status, [m["output"] for m in bad.mismatches]) == ("failed", ["s_1 (changed in place)"])
+    assert "inputs it changes in place differ from the saved eager values" in bad.error["message"]
+    d = diff_graph(graph, load_graph(str(tmp_path / "b"), "g0_inference_c1"))
+    assert d.status == "changed" and [m["output"] for m in d.b_vs_eager] == ["s_1 (changed in place)"]
+    assert d.a_vs_eager == [] and [m["output"] for m in d.a_vs_b] == ["s_1 (changed in place)"]
+    # a folder from before in-place values were saved loads, with nothing to compare
+    meta = tmp_path / "a" / "g0_inference_c1" / "meta.json"
+    doc = json.loads(meta.read_text())
+    del doc["in_place"]
+    meta.write_text(json.dumps(doc))
+    assert load_graph(str(tmp_path / "a"), "g0_inference_c1").in_place == []
