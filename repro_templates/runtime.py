@@ -687,11 +687,16 @@ def evaluate(gm, inputs, spec, folder, accuracy):
 
 
 def _evaluate(gm, inputs, spec, folder, accuracy):
+    import copy
     gm, compiled_gm = snapshot(gm), gm   # eager (and its float64 twin) never run a backend's edit
+    # the tensors the graph reads through get_attr (an optimizer's state, which it may change in
+    # place): `gm` keeps them as loaded, each eager or float64 run gets copies of its own
+    gm = copy.deepcopy(gm)
+    eager_gm = copy.deepcopy(gm)
     rng = torch.get_rng_state()
     eager_in, actual_in = fresh(inputs), fresh(inputs)   # each run's inputs, its in-place changes kept
     try:
-        expected = gm(*eager_in)
+        expected = eager_gm(*eager_in)
     except Exception as e:
         return exception_outcome("invalid", e)
     # eager advanced the generator: the graph draws random numbers, and the compiled graph draws
@@ -711,10 +716,11 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
             return exception_outcome("runtime_error", e)
     if spec.get("check_accuracy"):
         found = [m.to_dict() for m in _mismatches(gm, inputs, expected, actual, spec, accuracy, draws)
-                 + _in_place_mismatches(gm, inputs, eager_in, actual_in, spec, accuracy, draws)]
+                 + _in_place_mismatches(gm, inputs, eager_in, actual_in, spec, accuracy, draws)
+                 + _attribute_mismatches(gm, eager_gm, compiled_gm, spec, accuracy)]
         if not found and spec.get("check_grads"):
             with _config_scope(spec):
-                found = _grad_mismatches(gm, inputs, compiled, spec, accuracy, rng if draws else None)
+                found = _grad_mismatches(copy.deepcopy(gm), inputs, compiled, spec, accuracy, rng if draws else None)
         if found:
             return outcome("accuracy", message="\n".join(f"{m['output']}: {m['message']}" for m in found),
                            stage="accuracy", outputs=[m["output"] for m in found], mismatches=found)
@@ -764,6 +770,28 @@ def _in_place_mismatches(gm, inputs, eager_in, actual_in, spec, accuracy, draws=
     except Exception:   # a graph that cannot run in float64 is judged against eager alone
         return found
     return accuracy.compare(expected, actual, [inputs64[i] for i in changed], **opts)
+
+
+def _attribute_mismatches(gm, eager_gm, compiled_gm, spec, accuracy):
+    """The tensors the graph reads through get_attr that eager or the compiled run changed in
+    place, named `TARGET (changed in place)`: eager's copy against the compiled module's (`gm`
+    holds them as loaded), judged against eager alone."""
+    rows = []
+    for target in dict.fromkeys(n.target for n in gm.graph.nodes if n.op == "get_attr"):
+        before, eager, compiled = (_attribute(m, target) for m in (gm, eager_gm, compiled_gm))
+        if isinstance(before, torch.Tensor) and isinstance(compiled, torch.Tensor) \
+                and not (same_bits(before, eager) and same_bits(before, compiled)):
+            rows.append((f"{target} (changed in place)", eager.detach(), compiled.detach()))
+    if not rows:
+        return []
+    return accuracy.compare([e for _, e, _ in rows], [c for _, _, c in rows], names=[n for n, _, _ in rows],
+                            tolerance=spec.get("tolerance"), ignore_non_fp=bool(spec.get("ignore_non_fp")))
+
+
+def _attribute(module, target):
+    for part in target.split("."):
+        module = getattr(module, part, None)
+    return module
 
 
 def same_bits(x, y):

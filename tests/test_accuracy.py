@@ -377,3 +377,28 @@ def test_repro_runtime_judges_inputs_changed_in_place_and_runs_in_the_recorded_g
     assert (result["kind"], result["outputs"]) == ("accuracy", ["s (changed in place)"])
     assert importlib.import_module("drops_update_backend").MODES == [False]
     assert torch.equal(inputs[1], torch.zeros(3))   # the runs changed copies
+
+
+def _counting_graph():
+    """x * 2, adding 1 in place to a tensor it reads through get_attr (as Dynamo installs an
+    optimizer's state)."""
+    graph = torch.fx.Graph()
+    x, count = graph.placeholder("x"), graph.get_attr("count")
+    graph.call_method("add_", (count, 1))
+    graph.output((graph.call_function(operator.mul, (x, 2)),))
+    return torch.fx.GraphModule({"count": torch.zeros(())}, graph)
+
+
+def test_a_graphs_attribute_changes_once_per_program_call_and_a_wrong_change_is_a_mismatch():
+    """The eager reference (and the gradient and determinism checks) ran on the program's own
+    get_attr tensors: under `tdbg run` a compiled optimizer.step() took extra steps."""
+    from tdbg.minifier.diagnose.determinism import check_graph
+    gm = _counting_graph()
+    count = gm.count
+    x = torch.randn(3)
+    assert check_call(gm, snapshot(gm), [x]).forward == []
+    assert count.item() == 1                          # the program's one call, not eager's too
+    assert check_graph(gm, snapshot(gm), [x]).verdict == "deterministic" and count.item() == 1
+    [m] = check_call(lambda a: (a * 2,), snapshot(gm), [x]).forward   # a backend that forgets the update
+    assert (m.output, m.message) == ("count (changed in place)", "max abs error 1 at (): expected 2, got 1 (rtol=1.3e-05, atol=1e-05)")
+    assert count.item() == 1

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tdbg.compiler.errors import TdbgError
+from tdbg.minifier.diagnose.kept_state import IN_PLACE, KeptState
 from tdbg.minifier.runs.names import source_line
 
-IN_PLACE = " (changed in place)"   # suffix of a mutated input's name in mismatches
 DEFAULT_FIRST_CALLS = 3          # every graph's first calls are checked whatever their inputs
 DEFAULT_NEW_SIGNATURES = 100     # later calls with a new input signature, at most this many
 GRAD_OUTPUT_SEED = 0             # grad_outputs are random, but the same for compiled and eager
@@ -186,8 +186,9 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     before = _clones(args)
     wants_grads = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     eager_args = _clones(before)   # after the run: the inputs as eager's in-place ops left them
+    state = KeptState(snap)        # what the graph reads through get_attr: the program's call alone changes it
     try:
-        with torch.no_grad():
+        with torch.no_grad(), state.from_saved() as eager_state:
             expected = snap(*eager_args)
     except Exception as e:  # the reference cannot run: the call goes on unchecked, and says so
         torch.set_rng_state(rng)
@@ -204,15 +205,18 @@ def check_call(compiled: Callable, snap, args, *, call: Callable = None) -> Call
     forward = compare(expected, _detach(actual))
     if forward:
         torch.set_rng_state(rng)
-        reference = same_draws_reference(snap, _clones(before), eager_end) if draws \
-            else fp64_reference(snap, _clones(before))
+        with state.from_saved():
+            reference = same_draws_reference(snap, _clones(before), eager_end) if draws \
+                else fp64_reference(snap, _clones(before))
         forward = compare(expected, _detach(actual), reference)
-    forward += changed_in_place(snap, before, eager_args, args, rng if not draws else None)
+    with state.from_saved():
+        forward += changed_in_place(snap, before, eager_args, args, rng if not draws else None)
+    forward += state.mismatches(eager_state)
     backward, checked, note = [], False, None
     if wants_grads and not forward and _differentiable(actual):
         needs = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
         try:
-            backward, checked = grad_check(compiled, snap, before, needs, rng, call, draws), True
+            backward, checked = grad_check(compiled, snap, before, needs, rng, call, draws, state), True
         except EagerFailed as e:
             note = f"eager autograd failed on the graph: {e}"
     torch.set_rng_state(after)
@@ -252,21 +256,25 @@ class EagerFailed(Exception):
 
 
 def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, call: Callable,
-               draws_random: bool = False) -> list:
+               draws_random: bool = False, state: Optional[KeptState] = None) -> list:
     """Mismatches of the compiled gradients w.r.t. the inputs flagged in `needs_grad`, each named
     after its input (`grad of NAME`), against eager autograd on `snap` (float64 reference; for a
-    graph that draws random numbers, same_draws' one, when its draws were eager's)."""
+    graph that draws random numbers, same_draws' one, when its draws were eager's). Each run
+    starts from `state`'s saved values and leaves the program's as they were."""
     import copy
 
     import torch
     from tdbg.minifier.diagnose.accuracy import Mismatch, compare, to_fp64
     from tdbg.minifier.diagnose.same_draws import generator_matches, same_draws_fp64
     names = [f"grad of {n}" for n, need in zip(input_names(snap, len(inputs)), needs_grad) if need]
+    state = state or KeptState(snap)
     torch.set_rng_state(rng)
-    actual, n_actual = _grads(lambda *a: call(compiled, a), inputs, needs_grad, compiled=True)
+    with state.from_saved():
+        actual, n_actual = _grads(lambda *a: call(compiled, a), inputs, needs_grad, compiled=True)
     torch.set_rng_state(rng)
     try:
-        expected, n_expected = _grads(snap, inputs, needs_grad)
+        with state.from_saved():
+            expected, n_expected = _grads(snap, inputs, needs_grad)
     except Exception as e:
         raise EagerFailed(f"{type(e).__name__}: {e}") from e
     eager_end = torch.get_rng_state()
@@ -277,7 +285,8 @@ def grad_check(compiled: Callable, snap, inputs: list, needs_grad: list, rng, ca
     if not found:
         return found
     torch.set_rng_state(rng)
-    fp64 = same_draws_fp64(snap) if draws_random else copy.deepcopy(snap).to(torch.float64)
+    with state.from_saved():   # the copy takes the saved values
+        fp64 = same_draws_fp64(snap) if draws_random else copy.deepcopy(snap).to(torch.float64)
     try:
         reference, _ = _grads(fp64, [to_fp64(a) for a in inputs], needs_grad)
     except Exception:  # a graph that cannot run in float64 is judged against eager alone
@@ -353,6 +362,11 @@ def places(gm, is_user_file: Callable[[str], bool]) -> dict:
         if r is not None:
             found[f"grad of {name}"] = {"source": line, "fx_node": r.name}
             found[f"{name}{IN_PLACE}"] = found[f"grad of {name}"]
+    for node in nodes:   # tensors read through get_attr (an optimizer's state), named by target
+        readers = [(r, node_source(r, is_user_file)) for r in node.users] if node.op == "get_attr" else []
+        if readers:
+            r, line = next(((r, s) for r, s in readers if s), readers[0])
+            found[f"{node.target}{IN_PLACE}"] = {"source": line, "fx_node": r.name}
     return found
 
 

@@ -157,7 +157,13 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
     import torch
 
     from tdbg.minifier.diagnose.checks import _clones, input_names
+    from tdbg.minifier.diagnose.kept_state import KeptState
     start = time.perf_counter()
+    state = KeptState(snap)   # each run starts from the program's state and leaves it as it was
+
+    def kept(fn, *a, **k):
+        with state.from_saved():
+            return fn(*a, **k)
     rng = torch.get_rng_state()
     inputs = _clones(args)
     names = input_names(snap, len(inputs))
@@ -165,21 +171,21 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
     wants_grads = torch.is_grad_enabled() and any(needs)
     result = GraphDeterminism(graph, call, "deterministic")
     try:
-        compiled_runs = [_run(compiled, inputs, names, rng) for _ in range(2)]
+        compiled_runs = [kept(_run, compiled, inputs, names, rng) for _ in range(2)]
         try:
-            eager_runs = [_run(snap, inputs, names, rng) for _ in range(2)]
+            eager_runs = [kept(_run, snap, inputs, names, rng) for _ in range(2)]
             result.draws_random = eager_runs[0][1]
         except Exception as e:   # eager cannot run the graph: only the compiled runs are judged
             eager_runs = None
             result.notes.append(f"eager failed on the graph ({type(e).__name__}: {_first_line(e)}); "
                                 "only the compiled runs were compared")
-        grads = [_grad_values(compiled, inputs, needs, names, rng, compiled=True) for _ in range(2)] \
+        grads = [kept(_grad_values, compiled, inputs, needs, names, rng, compiled=True) for _ in range(2)] \
             if wants_grads else []
         if grads and grads[0]:   # some output is differentiable: gradients are part of the answer
             compiled_runs = [(values + g, drew) for (values, drew), g in zip(compiled_runs, grads)]
             if eager_runs is not None:
                 try:
-                    eager_runs = [(values + _grad_values(snap, inputs, needs, names, rng), drew)
+                    eager_runs = [(values + kept(_grad_values, snap, inputs, needs, names, rng), drew)
                                   for values, drew in eager_runs]
                 except Exception as e:
                     result.notes.append(f"eager autograd failed on the graph ({type(e).__name__}); eager's "
@@ -198,8 +204,8 @@ def check_graph(compiled: Callable, snap, args, *, graph: int = 0, call: int = 1
         if result.compiled and localize_with is not None and (not backward_only or _localizes_backward(localize_with)):
             try:
                 # only gradients differ: the backward aten graph is where to look
-                result.first_node = localize_with(snap, inputs, rng, needs=needs) if backward_only else \
-                    localize_with(snap, inputs, rng)
+                result.first_node = kept(localize_with, snap, inputs, rng, needs=needs) if backward_only else \
+                    kept(localize_with, snap, inputs, rng)
             except Exception as e:   # the answer stands without a node; the note says why
                 result.notes.append(f"the first differing node could not be found ({type(e).__name__}: "
                                     f"{_first_line(e)})")

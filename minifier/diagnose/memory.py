@@ -425,11 +425,13 @@ class MemoryRecorder:
         compiled_names: dict = {}
         eager_saved: dict = {}
         compiled_saved: dict = {}
+        from tdbg.minifier.diagnose.kept_state import KeptState
         rng = torch.get_rng_state()
+        state = KeptState(snap)   # what eager's run changes through get_attr is put back before the call
         try:
             clones = _grad_clones(args) if kind == "forward" else [
                 a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-            with torch.set_grad_enabled(kind == "forward"), saved_storages(clones, eager_saved):
+            with torch.set_grad_enabled(kind == "forward"), saved_storages(clones, eager_saved), state.from_saved():
                 result, trace = track(lambda: snap(*clones), eager_names)
             eager = (trace, output_bytes(result, trace.live_at_end()))
             del result, clones

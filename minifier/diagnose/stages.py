@@ -12,7 +12,9 @@ inputs, under no_grad:
 
 Each run's values are the graph's outputs AND every tensor input after the call (an input the
 graph writes into is part of what the user sees: a bug in functionalizing a mutation or in
-regenerating a returned view shows there). Each value is judged against the eager one with
+regenerating a returned view shows there), and every tensor it reads through get_attr after the
+call (`attribute TARGET`: a compiled `optimizer.step()` reads and writes its parameters so); each
+run starts from the program's values of those (kept_state) and leaves them as they were. Each value is judged against the eager one with
 divergence.judge (dtype tolerance, float64 reference). Verdicts (STAGE_VERDICTS): `aot` (the
 aten graph already differs: AOTAutograd is at fault, whatever the compiler does; the first
 Dynamo node whose graph prefix AOTAutograd gets wrong is the culprit, with its user line),
@@ -34,6 +36,7 @@ import torch.fx
 
 from tdbg.compiler.torch_compat import pytree
 from tdbg.minifier.diagnose.divergence import judge, run_nodes
+from tdbg.minifier.diagnose.kept_state import KeptState, fetch_attr
 
 STAGE_VERDICTS = {
     "ok": "the aten graph and the compiled graph compute what the Dynamo graph computes (outputs and "
@@ -84,22 +87,30 @@ def _fresh(values):
     return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _seen(fn, inputs) -> list:
-    """[(path, value)] of what a call shows: its flat outputs, then every tensor input after it."""
+def _seen(fn, inputs, state: KeptState, holder) -> list:
+    """[(path, value)] of what a call shows: its flat outputs, every tensor input after it, then
+    copies of the tensors `state` keeps as `holder` (the graph module the call ran, or a copy of
+    it) holds them after it. The call starts from `state`'s saved values and leaves the
+    program's as they were."""
     args = _fresh(inputs)
-    with torch.no_grad():
+    with torch.no_grad(), state.from_saved():
         out = fn(*args)
+        attributes = [(f"attribute {t}", fetch_attr(holder, t).detach().clone()) for t in state.tensors]
     flat = pytree.tree_leaves(out if isinstance(out, (list, tuple)) else [out])
-    return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(args)]
+    return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(args)] \
+        + attributes
 
 
-def _seen64(gm, inputs) -> list:
+def _seen64(gm, inputs, state: KeptState) -> list:
     """`_seen` of the float64 reference, op by op (divergence.run_nodes: every op's floating
     arguments in float64, so tensors the graph itself creates in float32 are lifted too)."""
-    env, out = run_nodes(gm, _fresh(inputs), fp64=True)
+    with state.from_saved():
+        env, out = run_nodes(gm, _fresh(inputs), fp64=True)
     flat = pytree.tree_leaves(out if isinstance(out, (list, tuple)) else [out])
     placeholders = [env[n] for n in gm.graph.nodes if n.op == "placeholder"]
-    return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(placeholders)]
+    lifted = {n.target: env[n] for n in gm.graph.nodes if n.op == "get_attr"}
+    return [(f"out[{i}]", v) for i, v in enumerate(flat)] + [(f"input {i}", a) for i, a in enumerate(placeholders)] \
+        + [(f"attribute {t}", lifted[t]) for t in state.tensors]
 
 
 def _names(gm) -> list:
@@ -119,13 +130,15 @@ def _aot_eager(backend, config):
     return capture(backend, _eager_hook, config)[1] if family_of(backend) else None
 
 
-def _run_backend(dynamo_backend, gm, inputs, config) -> list:
+def _run_backend(dynamo_backend, gm, inputs, config, state: KeptState) -> list:
     from tdbg.compiler import config as tconfig
     with tconfig.use(config):
+        with state.from_saved():   # the copy starts from the program's values
+            mine = copy.deepcopy(gm)
         # called as Dynamo calls a backend's result: positional args (an aot_autograd result
         # carries a stale `_boxed_call`, see instrument.call_compiled)
-        compiled = dynamo_backend(copy.deepcopy(gm), _fresh(inputs))
-        return _seen(compiled, inputs)
+        compiled = dynamo_backend(mine, _fresh(inputs))
+        return _seen(compiled, inputs, state, mine)
 
 
 def _differs(mine: list, eager: list, ref: Optional[list], tolerance) -> list:
@@ -152,7 +165,8 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     backend = resolved.name
     sources = sources or {}
     rng = torch.get_rng_state()
-    eager = _seen(gm, inputs)
+    state = KeptState(gm)   # get_attr tensors (an optimizer's state): each run starts from the program's
+    eager = _seen(gm, inputs, state, gm)
     if not torch.equal(rng, torch.get_rng_state()):
         torch.set_rng_state(rng)
         return StageComparison(name, backend, "unjudged", "the graph draws random numbers: its stages are not "
@@ -160,13 +174,13 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     names = _names(gm)
     eager = [(p if not p.startswith("input ") else f"input {names[int(p.split()[1])]}", v) for p, v in eager]
     try:
-        ref = _seen64(gm, inputs)
+        ref = _seen64(gm, inputs, state)
     except Exception:   # an op without float64 support: judged against eager alone
         ref = None
     aot_eager = _aot_eager(resolved, config)
     notes = [] if aot_eager else [f"{backend_label(backend)} has no AOT stage tdbg can reach: the aten graph is not judged"]
-    aot = _run_backend(aot_eager, gm, inputs, config) if aot_eager else None
-    compiled = _run_backend(resolved.compiler_fn, gm, inputs, config)
+    aot = _run_backend(aot_eager, gm, inputs, config, state) if aot_eager else None
+    compiled = _run_backend(resolved.compiler_fn, gm, inputs, config, state)
     if len(aot or eager) != len(eager) or len(compiled) != len(eager):
         raise ValueError(f"the stages returned {len(aot or eager)} and {len(compiled)} values; eager {len(eager)}")
     aot_rows = _differs(aot, eager, ref, tolerance) if aot else [None] * len(eager)
@@ -178,7 +192,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
     bad_comp = [v for v in values if v.compiled and v.compiled["diverges"]]
     if bad_aot:
         result.verdict = "aot"
-        result.culprit = _first_wrong_prefix(gm, inputs, aot_eager, config, tolerance, sources)
+        result.culprit = _first_wrong_prefix(gm, inputs, aot_eager, config, tolerance, sources, state)
         where = (f"; the first Dynamo node whose graph prefix AOTAutograd gets wrong is {result.culprit['name']} "
                  f"({result.culprit['op']})" if result.culprit else "")
         result.message = (f"{_listing(bad_aot, 'aot')} differ(s) between the aten graph (AOTAutograd, run eagerly) "
@@ -214,7 +228,7 @@ def _prefix(gm, upto) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def _first_wrong_prefix(gm, inputs, aot_eager, config, tolerance, sources) -> Optional[dict]:
+def _first_wrong_prefix(gm, inputs, aot_eager, config, tolerance, sources, state: KeptState) -> Optional[dict]:
     """The first call node k such that the graph cut after k is right through AOTAutograd up to
     k - 1 and wrong at k (binary search over prefixes, at most MAX_PROBES traces), as a dict."""
     from tdbg.minifier.runs.instrument import op_name
@@ -223,8 +237,8 @@ def _first_wrong_prefix(gm, inputs, aot_eager, config, tolerance, sources) -> Op
     def wrong(k: int) -> bool:
         part = _prefix(gm, calls[k])
         try:
-            eager = _seen(part, inputs)
-            mine = _run_backend(aot_eager, part, inputs, config)
+            eager = _seen(part, inputs, state, part)
+            mine = _run_backend(aot_eager, part, inputs, config, state)
         except Exception:   # a prefix AOTAutograd cannot trace: not evidence either way
             return False
         return len(mine) != len(eager) or any(r and r["diverges"] for r in _differs(mine, eager, None, tolerance))

@@ -557,6 +557,20 @@ def _stderr_silenced():
         os.close(null)
 
 
+def _with_attributes(snap, state, ended: dict, before: list, eager_in: list, args: Optional[list]) -> tuple:
+    """(before, eager_in, args) extended by the graph's get_attr values (the save-io folder's
+    inputs after the graph's own, graph_io.from_graph_module): the saved ones, eager's after its
+    run, the program's now (None where args is None)."""
+    import torch
+
+    from tdbg.minifier.diagnose.kept_state import fetch_attr
+    targets = [n.target for n in snap.graph.nodes if n.op == "get_attr"
+               and not isinstance(fetch_attr(snap, n.target), torch.fx.GraphModule)]
+    saved = [state.saved.get(t) for t in targets]
+    return (before + saved, eager_in + [ended.get(t, v) for t, v in zip(targets, saved)],
+            None if args is None else list(args) + [state.tensors.get(t) for t in targets])
+
+
 def _in_place(before: list, eager_in: list, args: Optional[list]) -> list:
     """[(input index, eager's value after its run, the compiled call's (None: it failed))] for the
     tensor inputs that either side changed in place."""
@@ -665,11 +679,13 @@ class IOSaver:
 
         from tdbg.minifier.diagnose.accuracy import flatten
         from tdbg.minifier.diagnose.checks import _clones
+        from tdbg.minifier.diagnose.kept_state import KeptState
         before = _clones(args)
         eager_in = _clones(before)   # eager's in-place changes land here
+        state = KeptState(snap)      # get_attr tensors: saved as they were before the call
         rng = torch.get_rng_state()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), state.from_saved() as ended:
                 expected = [v for _, v in flatten(snap(*eager_in))]
         except Exception as e:  # eager cannot run the graph: nothing to save as its truth
             torch.set_rng_state(rng)
@@ -681,12 +697,12 @@ class IOSaver:
             actual = compiled(*args)
         except BaseException as e:
             self._write(kind, index, call, snap, before, expected, None, f"{type(e).__name__}: {e}", replay, sig, saved,
-                        rng, _in_place(before, eager_in, None))
+                        rng, _in_place(*_with_attributes(snap, state, ended, before, eager_in, None)), state)
             raise
         seconds = time.perf_counter() - start
         outputs = [v.detach() if isinstance(v, torch.Tensor) else v for _, v in flatten(actual)]
         name = self._write(kind, index, call, snap, before, expected, outputs, None, replay, sig, saved, rng,
-                           _in_place(before, eager_in, args))
+                           _in_place(*_with_attributes(snap, state, ended, before, eager_in, args)), state)
         if name and self.profile:
             self.first_call_s[name] = seconds
             if self.after == "aot":
@@ -729,13 +745,15 @@ class IOSaver:
                 times.setdefault(match.group(1), []).append(event.cpu_time_total / 1e6)
         return times
 
-    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved, rng, in_place):
+    def _write(self, kind, index, call, snap, inputs, expected, compiled, error, replay, sig, saved, rng, in_place,
+               state):
         try:
-            name = self.writer.add(kind=kind, graph=index, call=call, gm=snap, inputs=inputs, expected=expected,
-                                   compiled=compiled, compiled_error=error, replay=replay, signature=sig, rng_state=rng,
-                                   in_place=in_place,
-                                   node_sources={n.name: node_source(n, is_user_file) for n in snap.graph.nodes
-                                                 if n.op.startswith("call_") and node_source(n, is_user_file)})
+            with state.from_saved():   # its get_attr tensors are saved as the call found them
+                name = self.writer.add(kind=kind, graph=index, call=call, gm=snap, inputs=inputs, expected=expected,
+                                       compiled=compiled, compiled_error=error, replay=replay, signature=sig,
+                                       rng_state=rng, in_place=in_place,
+                                       node_sources={n.name: node_source(n, is_user_file) for n in snap.graph.nodes
+                                                     if n.op.startswith("call_") and node_source(n, is_user_file)})
         except Exception as e:  # the user's run goes on; the manifest says what was not saved
             self.writer.skip(kind, index, call, f"saving failed: {type(e).__name__}: {e}")
             return None

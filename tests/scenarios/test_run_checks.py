@@ -21,6 +21,9 @@ RUNS = {
     "random_graph": (("run", f"{S}/noisy_relu.py", "--backend", f"{BACKENDS}:wrong_below_minus_one",
                       "--check-accuracy"), {}),
     "dropout_tdbg": (("run", f"{S}/dropout_mlp.py", "--backend", "inductor", "--check-accuracy"), {}),
+    "optimizer": (("run", f"{S}/compiled_optimizer_step.py", "--backend", "inductor"), {}),
+    "optimizer_sqrt": (("run", f"{S}/compiled_optimizer_step.py", "--backend", "inductor"),
+                       {"TDBG_INJECT_BUG": "sqrt:accuracy"}),
 }
 THIRD_CALL_LINE = f"{S}/third_call.py:6 in f: return torch.relu(x) * 2 + 1"
 MLP_CALL_LINE = f"{S}/train_mlp.py:12 in <module>: loss = torch.nn.functional.cross_entropy(step(x), target)"
@@ -123,3 +126,20 @@ def test_dropout_under_tdbg_is_checked_on_eager_random_numbers_and_says_so(runs)
     assert graph["draws_random"] and graph["grads_checked"] == 1
     assert ("not checked: graph 0 draws random numbers: they came from eager's generator while checking "
             "(fallback_random), so the backend's own random-number code was not compared") in r.stdout
+
+
+def test_a_compiled_optimizer_step_is_taken_once_and_its_parameters_are_checked(runs):
+    """Its parameters and state are get_attr tensors the step changes in place: the check's eager
+    run took a second step on them (the script's own assert then failed, exit 1), and a wrong
+    update passed as OK (the step returns nothing to compare)."""
+    ok = runs("optimizer")
+    assert ok.code == 0, ok.output   # the script's own assert: the compiled copy ended where the twin did
+    assert "max parameter difference from the eager twin" in ok.stdout
+    bad = runs("optimizer_sqrt")
+    assert bad.code == exit_code("accuracy"), bad.output
+    err = bad.json["verdict"]["error"]
+    assert "inputs it changes in place differ from eager" in err["message"]
+    names = [m["output"] for m in err["evidence"]["mismatches"]]
+    assert names[:2] == ["self___param_groups_0__params___0 (changed in place)",
+                         "self___param_groups_0__params___1 (changed in place)"]
+    assert err["source"] == f"{S}/compiled_optimizer_step.py:17 in step: opt.step()"
