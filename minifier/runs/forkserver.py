@@ -292,9 +292,12 @@ class Client:
         only). ServerDied when the server stops answering; on any exception while a child runs
         (e.g. KeyboardInterrupt) the child (its group, with `session`) is killed first."""
         self.wait_ready()
-        write_msg(self._w, {"handler": handler, "payload": payload, "timeout": timeout, "fork": fork,
-                            "session": session, "stdout": stdout, "stderr": stderr,
-                            "memory_limit": memory_limit})
+        try:
+            write_msg(self._w, {"handler": handler, "payload": payload, "timeout": timeout, "fork": fork,
+                                "session": session, "stdout": stdout, "stderr": stderr,
+                                "memory_limit": memory_limit})
+        except BrokenPipeError:   # it died since its last answer (killed, out of memory)
+            raise ServerDied("the tdbg fork server is gone (its pipe is closed)") from None
         pid = None
         try:
             if fork:

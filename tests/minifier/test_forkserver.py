@@ -117,6 +117,21 @@ def test_pool_replaces_a_dead_server():
             assert fresh.call("builtins:abs", -1) == forkserver.Reply("ok", 1)
 
 
+def test_a_server_dead_before_the_call_is_server_died_not_a_broken_pipe():
+    """Reaped before the request is written (killed, or out of memory, between two queries): the
+    write meets a closed pipe. It raised BrokenPipeError past the pool (a traceback from minify;
+    the test above failed so under load)."""
+    with forkserver.Pool(["json"], size=1, keep_warm=1) as pool:
+        with pool.server() as first:
+            first_pid = first.proc.pid
+        with pytest.raises(forkserver.ServerDied, match="its pipe is closed"):
+            with pool.server() as same:
+                os.kill(first_pid, signal.SIGKILL)
+                same.proc.wait()
+                same.call("builtins:abs", -1)
+        assert pool.replaced == 1
+
+
 def test_pool_without_a_startable_server_is_unavailable():
     with forkserver.Pool(["tdbg_no_such_module"], size=2) as pool:
         for _ in range(2):
