@@ -402,3 +402,34 @@ def test_a_graphs_attribute_changes_once_per_program_call_and_a_wrong_change_is_
     [m] = check_call(lambda a: (a * 2,), snapshot(gm), [x]).forward   # a backend that forgets the update
     assert (m.output, m.message) == ("count (changed in place)", "max abs error 1 at (): expected 2, got 1 (rtol=1.3e-05, atol=1e-05)")
     assert count.item() == 1
+
+
+def test_an_overflow_eager_and_the_compiled_value_share_excuses_nothing_else():
+    """One element overflowed to inf in eager (and in the compiled value): eager's error against
+    float64 was inf, and `2 x inf` excused any error in every other element (a fp16 x*x with one
+    overflow, a compiled tanh off by 1: tdbg run said OK)."""
+    x = torch.linspace(-3, 3, 16, dtype=torch.float16)
+    x[0] = 300.0
+    e = x * x + torch.tanh(x)
+    r = x.double() * x.double() + torch.tanh(x.double())
+    [m] = compare(e, e + 1, r)
+    assert m.message.startswith("max abs error 1.00391 at (14,)")   # fp16 rounding of 7.75 + 1
+    # the same reference still excuses float rounding where eager is finite
+    assert compare(e, e.clone(), r) == []
+    assert compare(torch.tensor([float("inf"), 1.0]), torch.tensor([float("inf"), 1.0 + 1e-7]),
+                   torch.tensor([1e300, 1.0], dtype=torch.float64)) == []
+
+
+def test_equal_infinities_are_no_error_and_the_mismatch_points_at_the_element_that_differs():
+    e = torch.tensor([float("inf"), float("-inf"), 2.0])
+    [m] = compare(e, torch.tensor([float("inf"), float("inf"), 2.0]))
+    assert m.message.startswith("max abs error inf at (1,): expected -inf, got inf")
+
+
+def test_compare_node_judgement_follows_the_same_rule_with_infinities():
+    """`tdbg compare` said OK on a masked_fill(-inf) score matrix whose finite entries were off by
+    1, where tdbg run failed it."""
+    from tdbg.minifier.diagnose.divergence import judge
+    e = torch.tensor([[0.5, float("-inf")], [float("-inf"), -0.25]])
+    assert judge(e + 1, e, e.double())["diverges"] is True
+    assert judge(e.clone(), e, e.double())["diverges"] is False
