@@ -695,7 +695,12 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
     eager_gm = copy.deepcopy(gm)
     rng = torch.get_rng_state()
     eager_in, actual_in = fresh(inputs), fresh(inputs)   # each run's inputs, its in-place changes kept
+    earlier = max(int(spec.get("call", 1)) - 1, 0)   # the calls before the failing one, on its inputs
     try:
+        for _ in range(earlier):
+            torch.set_rng_state(rng)
+            eager_gm(*fresh(inputs))
+        torch.set_rng_state(rng)
         expected = eager_gm(*eager_in)
     except Exception as e:
         return exception_outcome("invalid", e)
@@ -710,6 +715,9 @@ def _evaluate(gm, inputs, spec, folder, accuracy):
         except Exception as e:
             return exception_outcome("compile_error", e)
         try:
+            for _ in range(earlier):
+                torch.set_rng_state(rng)
+                compiled(*fresh(inputs))
             torch.set_rng_state(rng)
             actual = compiled(*actual_in)
         except Exception as e:

@@ -433,3 +433,42 @@ def test_compare_node_judgement_follows_the_same_rule_with_infinities():
     e = torch.tensor([[0.5, float("-inf")], [float("-inf"), -0.25]])
     assert judge(e + 1, e, e.double())["diverges"] is True
     assert judge(e.clone(), e, e.double())["diverges"] is False
+
+
+def test_repro_runtime_replays_the_calls_before_the_failing_one(tmp_path):
+    """A backend that goes wrong from a graph's 2nd call (state kept between calls): the dump
+    records the call (CHECK's `call`) and each query makes the calls before it, eager and compiled
+    alike; with one call minify said Not reproduced."""
+    from tdbg.minifier.diagnose import accuracy
+    from tdbg.repro_templates import runtime
+    (tmp_path / "counting_backend.py").write_text(
+        "def wrong_from_call_2(gm, example_inputs):\n    calls = [0]\n\n    def run(*args):\n"
+        "        calls[0] += 1\n        out = gm(*args)\n        return (out[0] + (calls[0] >= 2),)\n    return run\n")
+    spec = {"after": "dynamo", "check_accuracy": True, "check_grads": False,
+            "backend": {"kind": "import", "module": "counting_backend", "attr": "wrong_from_call_2",
+                        "root": str(tmp_path)}}
+    gm, inputs = _traced(lambda a: (a * 2,)), [torch.randn(4)]
+    assert runtime.evaluate(gm, inputs, spec, str(tmp_path), accuracy)["kind"] == "pass"
+    assert runtime.evaluate(gm, inputs, dict(spec, call=2), str(tmp_path), accuracy)["kind"] == "accuracy"
+
+
+def test_level_4_dumper_records_the_failing_call(tmp_path):
+    from tdbg.compiler.config import Config
+    from tdbg.minifier.artifacts.dump import AccuracyError, wrap_backend
+    from tdbg.minifier.artifacts.repro import load
+
+    def wrong_from_call_2(gm, example_inputs):
+        calls = [0]
+
+        def run(*args):
+            calls[0] += 1
+            return (gm(*args)[0] + (calls[0] >= 2),)
+        return run
+    wrapped = wrap_backend(wrong_from_call_2, after="dynamo", level=4, out_dir=str(tmp_path), config=Config())
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x * 2,), backend=wrapped)
+    f(torch.randn(4))
+    with pytest.raises(AccuracyError) as info:
+        f(torch.randn(4))
+    assert info.value.evidence()["call"] == 2
+    assert load(str(tmp_path / "repro.py")).spec["call"] == 2   # evaluate makes call 1 first (test above)

@@ -123,6 +123,8 @@ class _Dumper:
                 "backend": backend_spec(self.backend, getattr(self.backend, "name", None))}
         if self.after == "dynamo":
             spec["grad_enabled"] = grad   # under no_grad AOTAutograd makes an inference graph
+        if getattr(self, "call", 1) > 1:
+            spec["call"] = self.call      # the graph's call that failed: the ones before it run first
         if self.after == "aot":
             spec["aot"] = {"family": self.family, "graph": self.graphs.get(id(snap), "forward")}
             if self.family == "tdbg" and spec["aot"]["graph"] == "inference" and self.static_inputs.get(id(snap)):
@@ -262,6 +264,7 @@ class _Checked:
         flat = list(args[0]) if boxed else list(args)
         call, check = self._counter.next_call(flat)
         d = self._dumper
+        d.call = call   # a failure's dump replays the calls before it (a backend that changes between calls)
         if call == 1 and d.level == 3:
             d._dump(self._snap, flat, (LAUNCHER,), None, self._tag)
         if not (check and d.level == 4):

@@ -361,8 +361,9 @@ def load(path: str) -> Dump:
 def _check(spec: dict) -> dict:
     """The file's CHECK: how results are compared, and the grad mode a Dynamo graph runs under."""
     check = {k: spec.get(k) for k in ("check_accuracy", "check_grads", "tolerance", "ignore_non_fp")}
-    if "grad_enabled" in spec:
-        check["grad_enabled"] = spec["grad_enabled"]
+    for key in ("grad_enabled", "call"):
+        if key in spec:
+            check[key] = spec[key]
     return check
 
 
