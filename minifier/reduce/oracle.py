@@ -167,9 +167,9 @@ def backend_spec(backend: Any, name: Optional[str] = None) -> dict:
 
 def _script_spec(name: str) -> Optional[dict]:
     """A backend defined in the running script, saved with the script's definitions (imports,
-    functions, classes, and assignments that build no data: literals, aot_autograd(...),
-    functools.partial(...)), so its module-level helpers come along; None if `name` is not
-    among them."""
+    functions, classes, assignments that build no data: literals, aot_autograd(...),
+    functools.partial(...), and the assignments of the names the backend reads: _needed_names),
+    so its module-level helpers come along; None if `name` is not among them."""
     import ast
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
@@ -178,19 +178,43 @@ def _script_spec(name: str) -> Optional[dict]:
         tree = ast.parse(text)
     except (OSError, TypeError, SyntaxError, ValueError):
         return None
+    needed = _needed_names(tree, name)
     kept, names = [], set()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             kept.append(node)
             names |= {a.asname or a.name.split(".")[0] for a in getattr(node, "names", [])} | {getattr(node, "name", "")}
         elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) \
-                and _builds_no_data(node.value):
+                and (_builds_no_data(node.value) or {t.id for t in node.targets} & needed):
             kept.append(node)
             names |= {t.id for t in node.targets}
     if name not in names:
         return None
     source = "\n\n\n".join(ast.get_source_segment(text, n) for n in kept) + "\n"
     return {"kind": "source", "name": name, "source": source}
+
+
+def _needed_names(tree, name: str) -> set:
+    """The module-level names the backend `name` reads, through the statements that define them
+    (a logger, a setting read from the environment, the instance of a backend class): their
+    assignments are kept whatever they call, since the backend cannot run without them."""
+    import ast
+    defines: dict = {}
+    for node in tree.body:
+        targets = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)] \
+            if isinstance(node, ast.Assign) else [getattr(node, "name", None)]
+        for target in targets:
+            if target:
+                defines.setdefault(target, []).append(node)
+    needed, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in needed:
+            continue
+        needed.add(current)
+        for node in defines.get(current, ()):
+            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defines]
+    return needed
 
 
 # calls an assignment may make and still be kept in a saved script backend: they build backends

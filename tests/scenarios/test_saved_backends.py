@@ -101,3 +101,53 @@ def test_a_backend_defined_in_the_script_keeps_its_helpers_but_not_the_scripts_w
         assert str(e) == "refuse_sin cannot compile sin"
     else:
         raise AssertionError("the saved backend did not refuse sin")
+
+
+SCRIPT_BACKEND_STATE = '''
+import logging
+import os
+
+import torch
+
+log = logging.getLogger(__name__)
+BIAS = float(os.environ.get("NO_SUCH_TDBG_SETTING", "0.5"))
+
+
+class Biased:
+    def __init__(self, bias):
+        self.bias = bias
+
+    def __call__(self, gm, example_inputs):
+        log.debug("compiling %d nodes", len(gm.graph.nodes))
+        return lambda *args: tuple(o + self.bias for o in gm(*args))
+
+
+my_backend = Biased(BIAS)
+data = torch.randn(3)
+raise SystemExit("the script's own statements must not run when its backend is loaded")
+'''
+
+
+def test_a_script_backend_keeps_the_module_level_names_it_reads(tmp_path, monkeypatch):
+    """A logger, a setting read from the environment and the instance of a backend class, all
+    assigned with calls: none was saved, so minify said Not reproduced (NameError: log) or
+    refused the instance."""
+    import types
+
+    import torch
+
+    from tdbg.minifier.reduce.oracle import backend_spec
+    from tdbg.minifier.runs.backends import resolve
+    from tdbg.repro_templates.runtime import resolve_backend
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT_BACKEND_STATE)
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    backend = resolve(f"{script}:my_backend", script=str(script))
+    spec = backend_spec(backend, backend.name)
+    assert spec["kind"] == "source" and "my_backend = Biased(BIAS)" in spec["source"]
+    assert "log = logging.getLogger" in spec["source"] and "data =" not in spec["source"]
+    saved = resolve_backend({"backend": spec}, str(tmp_path))
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2,))
+    assert torch.equal(saved(gm, [torch.ones(2)])(torch.ones(2))[0], torch.full((2,), 2.5))
