@@ -291,11 +291,12 @@ def _is_mutating(node) -> bool:
     return bool(schema is not None and schema.is_mutable)
 
 
-def observed_nodes(gm, eager_env: dict) -> tuple:
+def observed_nodes(gm, eager_env: dict, include_random: bool = False) -> tuple:
     """(nodes compared, count of skipped random nodes and their users): call_function nodes with a
-    tensor value, except mutating ops (their value is an input's storage) and anything computed
-    from a random op (the compiled RNG stream need not match eager's)."""
-    tainted = random_tainted(gm)
+    tensor value, except mutating ops (their value is an input's storage) and, unless
+    `include_random` (the compiled graph draws eager's numbers), anything computed from a random
+    op (the compiled RNG stream need not match eager's)."""
+    tainted = random_tainted(gm) if not include_random else set()
     chosen = [n for n in gm.graph.nodes if n.op == "call_function" and n not in tainted
               and isinstance(eager_env.get(n), torch.Tensor) and not _is_mutating(n)]
     return chosen, len(tainted)
@@ -521,7 +522,11 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
 
     nodes: list = []
     if realizes:
-        observed, skipped = observed_nodes(gm, eager_env)
+        # the run drew eager's numbers (graph_compiler's eager_draws): the nodes computed from
+        # them are compared too, against eager alone; a backend drawing its own numbers shows
+        # first at its random op, and the message says so (left out, a wrong op after a dropout
+        # read as a fusion bug)
+        observed, skipped = observed_nodes(gm, eager_env, include_random=draws)
         if skipped:
             notes.append(f"{skipped} node(s) computed from random ops are not compared (the compiled random "
                          "stream need not match eager's)")
@@ -551,6 +556,10 @@ def compare_graph(gm, inputs, backend: Any = "inductor", *, name: str = "graph",
     result = GraphComparison(name, kind, label, "nodes" if realizes else "outputs", "ok", "", nodes, outputs,
                              notes=notes, seconds=seconds)
     _decide(result)
+    if result.culprit is not None and any(n.name == result.culprit.name and draws_random(n) for n in gm.graph.nodes):
+        result.message += ("; it draws random numbers: the compiled graph's random stream differs from eager's "
+                           "(tdbg's compiler and Inductor are told to draw eager's numbers; another backend may "
+                           "draw its own, by design)")
     return result
 
 
