@@ -81,7 +81,14 @@ def _minify_command(result: dict, script: str, args) -> str:
     level, backend = result["verdict"]["level"], result.get("first_failing_backend")
     if level in ("none", "script", "bad_input", "unreachable", "dynamo") or not backend:
         return ""
+    if any(c.get("subsystem") in BEFORE_AOT_GRAPH for c in result.get("culprits") or ()):
+        # the aten graph --after aot captures comes out of these passes: their bug is already in it
+        return common.minify_command(script, args, backend, result["verdict"]["stage"]) or ""
     return common.minify_command(script, args, backend, result["verdict"]["stage"], layer_checked=True) or ""
+
+
+# Inductor subsystems that rewrite the graph before its inner compiler gets the aten graph
+BEFORE_AOT_GRAPH = ("pre_grad_passes", "joint_graph_passes")
 
 
 def _reproduce_line(repro: dict) -> str:

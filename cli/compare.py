@@ -300,6 +300,8 @@ def _render_stages(c, s: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
     label, style = STAGE_LABELS[s["verdict"]]
+    if s["verdict"] == "aot" and s["backend"] == "torch:inductor":   # its AOT stage runs its own passes too
+        label = "ATEN GRAPH DIFFERS (AOTAutograd or Inductor's joint-graph passes)"
     c.print(f"\n[bold]{escape(s['name'])}[/] (Dynamo graph vs aten graph vs compiled, backend "
             f"{escape(common.backend_label(s['backend']))}): [{style}]{label}[/]")
     c.print(f"  {escape(s['message'])}")

@@ -50,6 +50,14 @@ STAGE_VERDICTS = {
 # Dynamo backends that ARE AOTAutograd with each aten graph run eagerly: their result is the aten
 # graph's (a backend with an AOT stage tdbg can hook gets that stage from aot_capture instead)
 AOT_EAGER = ("torch:aot_eager", "torch:aot_eager_decomp_partition")
+# who made the aten graph, by backend: Inductor's AOT stage runs its own pre-grad and joint-graph
+# passes (pattern matching, constant folding) before the aten graph exists
+AOT_BLAME = {
+    None: "AOTAutograd is at fault",
+    "torch:inductor": ("AOTAutograd or Inductor's passes that run inside its AOT stage (pre-grad, joint-graph: "
+                       "pattern matching, constant folding) are at fault; `tdbg bisect --backend torch:inductor` "
+                       "tells them apart, and `tdbg minify --after dynamo` captures the graph before them"),
+}
 MAX_PROBES = 14     # AOT traces spent finding the first Dynamo node AOTAutograd gets wrong
 
 
@@ -197,7 +205,7 @@ def compare_stages(gm, inputs, backend: str, *, config=None, tolerance: Optional
                  f"({result.culprit['op']})" if result.culprit else "")
         result.message = (f"{_listing(bad_aot, 'aot')} differ(s) between the aten graph (AOTAutograd, run eagerly) "
                           f"and the Dynamo graph run eagerly{where}; the compiled graph "
-                          + ("differs too" if bad_comp else "matches eager") + ": AOTAutograd is at fault")
+                          + ("differs too" if bad_comp else "matches eager") + ": " + AOT_BLAME.get(backend, AOT_BLAME[None]))
     elif bad_comp:
         result.verdict = "compiled"
         result.message = (f"{_listing(bad_comp, 'compiled')} differ(s) from the Dynamo graph run eagerly in the "

@@ -381,6 +381,28 @@ def test_an_aten_graph_already_wrong_is_the_aot_stage_with_its_dynamo_node():
         ("out[0]", True, True), ("input l_x_", True, True)]
 
 
+def _copysign_of_zero(x, y):
+    return torch.copysign(y, x * 0)
+
+
+def test_inductor_folding_x_times_0_is_blamed_on_its_aot_stage_passes_and_minified_after_dynamo():
+    """A real Inductor bug (torch 2.13): its joint-graph constant folding makes `x * 0` +0, losing
+    -0's sign. The aten graph Inductor's AOT stage makes is already wrong, but not by AOTAutograd:
+    compare said "AOTAutograd is at fault", and bisect suggested a minify --after aot that found
+    nothing to minify (the captured aten graph comes out of those passes)."""
+    from tdbg.cli.bisect import _minify_command
+    from tdbg.minifier.diagnose.stages import compare_stages
+    gm, inputs = _dynamo_graph(_copysign_of_zero, torch.tensor([1.0, -1.0, 2.0, -2.0]), torch.arange(4.0) + 1)
+    r = compare_stages(gm, inputs, "torch:inductor")
+    assert r.verdict == "aot" and r.message.endswith(
+        "AOTAutograd or Inductor's passes that run inside its AOT stage (pre-grad, joint-graph: pattern matching, "
+        "constant folding) are at fault; `tdbg bisect --backend torch:inductor` tells them apart, and `tdbg minify "
+        "--after dynamo` captures the graph before them")
+    result = {"verdict": {"level": "subsystem", "stage": "accuracy"}, "first_failing_backend": "torch:inductor",
+              "culprits": [{"subsystem": "joint_graph_passes"}]}
+    assert _minify_command(result, "cs.py", []) == "tdbg minify cs.py --after dynamo --level 4 --backend torch:inductor"
+
+
 def test_a_compiler_bug_is_the_compiled_stage_and_a_healthy_graph_is_ok():
     from tdbg.minifier.diagnose.stages import compare_stages
     gm, inputs = _dynamo_graph(_neg_then_add, torch.randn(4, 8))
