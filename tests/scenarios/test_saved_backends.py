@@ -76,24 +76,29 @@ raise SystemExit("the script's own statements must not run when its backend is l
 '''
 
 
-def test_a_backend_defined_in_the_script_keeps_its_helpers_but_not_the_scripts_work(tmp_path, monkeypatch):
-    """Before: only refuse_sin's own source was saved, so every query raised NameError: _helper."""
+def _saved_script_backend(tmp_path, monkeypatch, text: str, name: str) -> tuple:
+    """(backend_spec, the backend runtime.py loads from it) of `name` in a script `text` run as
+    __main__ (as minify's run does)."""
     import types
-
-    import torch
 
     from tdbg.minifier.reduce.oracle import backend_spec
     from tdbg.minifier.runs.backends import resolve
     from tdbg.repro_templates.runtime import resolve_backend
     script = tmp_path / "script.py"
-    script.write_text(SCRIPT_BACKEND)
+    script.write_text(text)
     main = types.ModuleType("__main__")
     main.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", main)
-    backend = resolve(f"{script}:refuse_sin", script=str(script))
+    backend = resolve(f"{script}:{name}", script=str(script))
     spec = backend_spec(backend, backend.name)
+    return spec, resolve_backend({"backend": spec}, str(tmp_path))
+
+
+def test_a_backend_defined_in_the_script_keeps_its_helpers_but_not_the_scripts_work(tmp_path, monkeypatch):
+    """Before: only refuse_sin's own source was saved, so every query raised NameError: _helper."""
+    import torch
+    spec, saved = _saved_script_backend(tmp_path, monkeypatch, SCRIPT_BACKEND, "refuse_sin")
     assert spec["kind"] == "source" and "def _helper(gm):" in spec["source"] and "data =" not in spec["source"]
-    saved = resolve_backend({"backend": spec}, str(tmp_path))
     gm = torch.fx.symbolic_trace(lambda x: torch.sin(x) + 1)
     try:
         saved(gm, [torch.ones(2)])
@@ -132,22 +137,9 @@ def test_a_script_backend_keeps_the_module_level_names_it_reads(tmp_path, monkey
     """A logger, a setting read from the environment and the instance of a backend class, all
     assigned with calls: none was saved, so minify said Not reproduced (NameError: log) or
     refused the instance."""
-    import types
-
     import torch
-
-    from tdbg.minifier.reduce.oracle import backend_spec
-    from tdbg.minifier.runs.backends import resolve
-    from tdbg.repro_templates.runtime import resolve_backend
-    script = tmp_path / "script.py"
-    script.write_text(SCRIPT_BACKEND_STATE)
-    main = types.ModuleType("__main__")
-    main.__file__ = str(script)
-    monkeypatch.setitem(sys.modules, "__main__", main)
-    backend = resolve(f"{script}:my_backend", script=str(script))
-    spec = backend_spec(backend, backend.name)
+    spec, saved = _saved_script_backend(tmp_path, monkeypatch, SCRIPT_BACKEND_STATE, "my_backend")
     assert spec["kind"] == "source" and "my_backend = Biased(BIAS)" in spec["source"]
     assert "log = logging.getLogger" in spec["source"] and "data =" not in spec["source"]
-    saved = resolve_backend({"backend": spec}, str(tmp_path))
     gm = torch.fx.symbolic_trace(lambda x: (x * 2,))
     assert torch.equal(saved(gm, [torch.ones(2)])(torch.ones(2))[0], torch.full((2,), 2.5))
